@@ -1,0 +1,93 @@
+"""``shadowguard bench ...`` and ``shadowguard env ...`` commands."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table as RichTable
+
+from benchmark.conformance import ConformanceRun, DomainResult, select_tasks
+from benchmark.envs import DOMAINS, Database, EnvError
+from benchmark.tasks import resolve_data
+
+bench_app = typer.Typer(help="Benchmark ThinkingBox-Bench environments and the guard.", no_args_is_help=True)
+env_app = typer.Typer(help="Serve a benchmark domain as an MCP tool server.", no_args_is_help=True)
+
+DataOpt = Annotated[
+    str | None,
+    typer.Option("--data", help="Data export or thinkingbox-data checkout (default: $SHADOWGUARD_BENCH_DATA, "
+                 "else ../shared/thinkingbox-bench)."),
+]
+DbOpt = Annotated[
+    str | None, typer.Option("--db", help="SQLAlchemy URL for environment state (default: SQLite in memory).")
+]
+DomainOpt = Annotated[
+    list[str] | None, typer.Option("--domain", help="Domain(s) to run (repeatable; default: all landed).")
+]
+
+
+def _domains(requested: list[str] | None) -> list[str]:
+    if not requested:
+        return list(DOMAINS)
+    unknown = [d for d in requested if d not in DOMAINS]
+    if unknown:
+        raise typer.BadParameter(f"unknown domain(s) {unknown}; implemented: {sorted(DOMAINS)}", param_hint="--domain")
+    return requested
+
+
+@bench_app.command("conformance")
+def conformance(
+    domain: DomainOpt = None,
+    data: DataOpt = None,
+    db: DbOpt = None,
+    tool: Annotated[list[str] | None, typer.Option("--tool", help="Only check these tools' responses.")] = None,
+    show: Annotated[int, typer.Option(help="Mismatches to print per domain.")] = 20,
+) -> None:
+    """Check init hashes, golden replays, golden responses and all probe vectors against the reference."""
+    console = Console()
+    domains = _domains(domain)
+    try:
+        bench = resolve_data(data)
+        database = Database(db)
+        grouped = select_tasks(bench, domains)
+    except (EnvError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    results: list[DomainResult] = []
+    started = time.perf_counter()
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, transient=True,
+    ) as progress:
+        bars = {d: progress.add_task(d, total=len(ts)) for d, ts in grouped.items()}
+        runner = ConformanceRun(
+            bench, database, set(tool) if tool else None,
+            on_progress=lambda d, n: progress.advance(bars[d], n), max_mismatches=max(show, 1),
+        )
+        for d, ts in grouped.items():
+            results.append(runner.run_domain(d, ts))
+    database.dispose()
+    elapsed = time.perf_counter() - started
+    table = RichTable(title=f"conformance ({database.dialect})")
+    for col in ("domain", "tasks", "init", "golden", "responses", "probes", "s", "tasks/s"):
+        table.add_column(col)
+    for r in results:
+        table.add_row(r.domain, str(r.tasks), f"{r.init_ok}/{r.tasks}", f"{r.golden_ok}/{r.tasks}",
+                      f"{r.responses_ok}/{r.responses}", f"{r.probes_ok}/{r.probes}", f"{r.seconds:.1f}",
+                      f"{r.tasks / r.seconds:.0f}" if r.seconds else "-")
+    console.print(table)
+    for r in results:
+        for m in r.mismatches[:show]:
+            console.print(m.render(), markup=False, highlight=False, soft_wrap=True)
+    console.print(f"total {elapsed:.1f} s", highlight=False)
+    n = sum(r.tasks for r in results)
+    totals = (sum(r.init_ok for r in results), sum(r.golden_ok for r in results),
+              sum(r.responses_ok for r in results), sum(r.responses for r in results),
+              sum(r.probes_ok for r in results), sum(r.probes for r in results))
+    print(f"conformance: init {totals[0]}/{n} golden {totals[1]}/{n} responses {totals[2]}/{totals[3]} "
+          f"probes {totals[4]}/{totals[5]}")
+    raise typer.Exit(0 if all(r.passed for r in results) else 1)

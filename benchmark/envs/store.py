@@ -1,0 +1,246 @@
+"""SQL storage of one environment's state (SQLAlchemy Core; SQLite in memory or PostgreSQL).
+
+Every table of a domain becomes a SQL table with one column per model field, holding the value's
+pydantic JSON-mode rendering (so the state hash can be computed from the columns without loss):
+
+    float -> DOUBLE          int -> BIGINT          bool -> BOOLEAN
+    str / enum -> TEXT       Decimal -> TEXT (keeps its scale, e.g. "890.00")
+    datetime / date -> TEXT  (ISO text, "Z" for UTC, naive stays naive)
+    list -> JSON
+
+Two bookkeeping columns keep the reference's list semantics: ``_seq`` (store order; an upsert keeps
+the row's place) and ``_key`` (the model's ``get_id()`` as text). Each attempt gets its own database:
+a fresh in-memory SQLite database copied from a per-domain template, or a fresh PostgreSQL schema.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.pool import StaticPool
+
+from benchmark.envs.schema import TableSpec
+
+_COLUMN_TYPES: dict[str, Any] = {
+    "str": sa.Text,
+    "enum": sa.Text,
+    "Decimal": sa.Text,
+    "datetime": sa.Text,
+    "date": sa.Text,
+    "int": sa.BigInteger,
+    "float": sa.Double,
+    "bool": sa.Boolean,
+    "list": sa.JSON,
+}
+
+SEQ = "_seq"
+KEY = "_key"
+
+
+def build_metadata(tables: Sequence[TableSpec]) -> tuple[sa.MetaData, dict[str, sa.Table]]:
+    """SQL tables for a domain's TableSpecs."""
+    metadata = sa.MetaData()
+    out: dict[str, sa.Table] = {}
+    for spec in tables:
+        columns: list[sa.Column[Any]] = [
+            sa.Column(SEQ, sa.Integer, primary_key=True, autoincrement=False),
+            sa.Column(KEY, sa.Text, nullable=True, index=True),
+        ]
+        columns += [sa.Column(f.name, _COLUMN_TYPES[f.kind], nullable=True) for f in spec.fields]
+        out[spec.name] = sa.Table(spec.name, metadata, *columns)
+    return metadata, out
+
+
+class SqlState:
+    """One attempt's tables on one open connection, inside one transaction.
+
+    Rows go in and come out as JSON-mode dicts in model field order. The caller owns validation.
+    """
+
+    def __init__(
+        self, connection: sa.Connection, specs: Mapping[str, TableSpec], tables: Mapping[str, sa.Table]
+    ) -> None:
+        self.connection = connection
+        self.specs = specs
+        self.tables = tables
+        self._next_seq: dict[str, int] = {}
+
+    # -- reads --------------------------------------------------------------------------------
+    def rows(self, table: str) -> list[dict[str, Any]]:
+        t = self.tables[table]
+        names = self.specs[table].field_names
+        result = self.connection.execute(sa.select(*(t.c[n] for n in names)).order_by(t.c[SEQ]))
+        return [dict(zip(names, r, strict=True)) for r in result]
+
+    def rows_where(self, table: str, **equals: Any) -> list[dict[str, Any]]:
+        t = self.tables[table]
+        names = self.specs[table].field_names
+        query = sa.select(*(t.c[n] for n in names)).order_by(t.c[SEQ])
+        for column, value in equals.items():
+            query = query.where(t.c[column] == value)
+        return [dict(zip(names, r, strict=True)) for r in self.connection.execute(query)]
+
+    def by_key(self, table: str, key: str) -> dict[str, Any] | None:
+        t = self.tables[table]
+        names = self.specs[table].field_names
+        query = sa.select(*(t.c[n] for n in names)).where(t.c[KEY] == key).order_by(t.c[SEQ]).limit(1)
+        row = self.connection.execute(query).first()
+        return None if row is None else dict(zip(names, row, strict=True))
+
+    def count(self, table: str) -> int:
+        t = self.tables[table]
+        return int(self.connection.execute(sa.select(sa.func.count()).select_from(t)).scalar_one())
+
+    def has_key(self, table: str, key: str) -> bool:
+        t = self.tables[table]
+        query = sa.select(t.c[SEQ]).where(t.c[KEY] == key).limit(1)
+        return self.connection.execute(query).first() is not None
+
+    # -- writes -------------------------------------------------------------------------------
+    def _seq_after_last(self, table: str) -> int:
+        if table not in self._next_seq:
+            t = self.tables[table]
+            last = self.connection.execute(sa.select(sa.func.max(t.c[SEQ]))).scalar_one()
+            self._next_seq[table] = 0 if last is None else int(last) + 1
+        seq = self._next_seq[table]
+        self._next_seq[table] = seq + 1
+        return seq
+
+    def append_many(self, table: str, rows: Iterable[Mapping[str, Any]]) -> None:
+        spec = self.specs[table]
+        values = [{**row, SEQ: self._seq_after_last(table), KEY: spec.key(row)} for row in rows]
+        if values:
+            self.connection.execute(self.tables[table].insert(), values)
+
+    def append(self, table: str, row: Mapping[str, Any]) -> None:
+        self.append_many(table, [row])
+
+    def replace(self, table: str, key: str, row: Mapping[str, Any]) -> bool:
+        """Replace the first row with this key, in place. False when no row has the key."""
+        t = self.tables[table]
+        first = self.connection.execute(
+            sa.select(t.c[SEQ]).where(t.c[KEY] == key).order_by(t.c[SEQ]).limit(1)
+        ).first()
+        if first is None:
+            return False
+        values = {**row, KEY: self.specs[table].key(row)}
+        self.connection.execute(t.update().where(t.c[SEQ] == first[0]).values(values))
+        return True
+
+    def upsert(self, table: str, row: Mapping[str, Any]) -> None:
+        """The reference's data-patch semantics: replace in place by key, else append."""
+        if not self.replace(table, self.specs[table].key(row), row):
+            self.append(table, row)
+
+    def delete(self, table: str, key: str) -> bool:
+        """Delete the first row with this key. False when no row has the key."""
+        t = self.tables[table]
+        first = self.connection.execute(
+            sa.select(t.c[SEQ]).where(t.c[KEY] == key).order_by(t.c[SEQ]).limit(1)
+        ).first()
+        if first is None:
+            return False
+        self.connection.execute(t.delete().where(t.c[SEQ] == first[0]))
+        return True
+
+    def snapshot(self) -> dict[str, list[dict[str, Any]]]:
+        """Every table's rows, in store order (the reference's ``to_state_dict()``)."""
+        return {name: self.rows(name) for name in self.specs}
+
+
+def _sqlite_engine(raw: sqlite3.Connection) -> sa.Engine:
+    """An engine on one raw connection, with real BEGIN/SAVEPOINT handling.
+
+    pysqlite's own implicit transactions break SAVEPOINT (SQLAlchemy docs, "Serializable isolation /
+    Savepoints / Transactional DDL"); the documented fix is to disable them and emit BEGIN ourselves.
+    """
+    raw.isolation_level = None
+    engine = sa.create_engine("sqlite://", creator=lambda: raw, poolclass=StaticPool)
+
+    @sa.event.listens_for(engine, "begin")
+    def _begin(conn: sa.Connection) -> None:
+        conn.exec_driver_sql("BEGIN")
+
+    return engine
+
+
+class Database:
+    """Where environments keep their state: a SQLAlchemy URL, SQLite in memory by default.
+
+    ``open`` returns a fresh, isolated database holding the given default rows.
+    """
+
+    def __init__(self, url: str | None = None) -> None:
+        self.url = url or "sqlite://"
+        self.dialect = sa.make_url(self.url).get_backend_name()
+        if self.dialect not in ("sqlite", "postgresql"):
+            raise ValueError(f"unsupported database {self.url!r}: use sqlite:// or postgresql://")
+        if self.dialect == "sqlite" and sa.make_url(self.url).database not in (None, "", ":memory:"):
+            raise ValueError("file-based SQLite is not supported for environments; use sqlite:// (in memory)")
+        self._engine: sa.Engine | None = None
+        self._templates: dict[int, sqlite3.Connection] = {}
+
+    def _pg_engine(self) -> sa.Engine:
+        if self._engine is None:
+            url = sa.make_url(self.url)
+            if url.drivername == "postgresql":
+                url = url.set(drivername="postgresql+psycopg")
+            self._engine = sa.create_engine(url, pool_size=4, max_overflow=8)
+        return self._engine
+
+    def open(
+        self,
+        domain_id: int,
+        metadata: sa.MetaData,
+        defaults: Mapping[str, Sequence[Mapping[str, Any]]],
+        load: Any,
+    ) -> tuple[sa.Connection, Any]:
+        """A new connection (inside a transaction) on a new database with the defaults loaded.
+
+        ``load(connection)`` inserts the defaults; for SQLite it runs once per domain into a template
+        that every attempt copies.
+        """
+        if self.dialect == "sqlite":
+            template = self._templates.get(domain_id)
+            if template is None:
+                template = sqlite3.connect(":memory:", check_same_thread=False)
+                engine = _sqlite_engine(template)
+                with engine.begin() as conn:
+                    metadata.create_all(conn, checkfirst=False)
+                    load(conn)
+                self._templates[domain_id] = template
+            raw = sqlite3.connect(":memory:", check_same_thread=False)
+            template.backup(raw)
+            engine = _sqlite_engine(raw)
+            conn = engine.connect()
+            conn.begin()
+            return conn, (engine, None)
+        engine = self._pg_engine()
+        schema = f"sg_{uuid.uuid4().hex[:16]}"
+        conn = engine.connect().execution_options(schema_translate_map={None: schema})
+        conn.begin()
+        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+        metadata.create_all(conn, checkfirst=False)
+        load(conn)
+        return conn, (None, schema)
+
+    def close(self, conn: sa.Connection, handle: Any) -> None:
+        engine, schema = handle
+        if schema is not None:
+            conn.rollback()  # the schema was created inside the attempt's transaction
+            conn.close()
+        else:
+            conn.close()
+            engine.dispose()
+
+    def dispose(self) -> None:
+        for template in self._templates.values():
+            template.close()
+        self._templates.clear()
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
