@@ -5,13 +5,15 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
+import anyio
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
+from sqlalchemy.exc import SQLAlchemyError
 
 from benchmark.conformance import ConformanceRun, DomainResult, select_tasks
-from benchmark.envs import DOMAINS, Database, EnvError
+from benchmark.envs import DOMAINS, Database, EnvError, load_domain
 from benchmark.tasks import resolve_data
 
 bench_app = typer.Typer(help="Benchmark ThinkingBox-Bench environments and the guard.", no_args_is_help=True)
@@ -91,3 +93,41 @@ def conformance(
     print(f"conformance: init {totals[0]}/{n} golden {totals[1]}/{n} responses {totals[2]}/{totals[3]} "
           f"probes {totals[4]}/{totals[5]}")
     raise typer.Exit(0 if all(r.passed for r in results) else 1)
+
+
+@env_app.command("serve")
+def serve(
+    domain: Annotated[str, typer.Option("--domain", help=f"Domain to serve ({', '.join(sorted(DOMAINS))}).")],
+    data: DataOpt = None,
+    db: DbOpt = None,
+    stdio: Annotated[bool, typer.Option("--stdio", help="Serve stdin/stdout instead of HTTP.")] = False,
+    host: Annotated[str, typer.Option(help="HTTP bind address.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="HTTP port (0: any free port; the URL goes to stderr).")] = 8000,
+    idle_timeout: Annotated[
+        float, typer.Option(help="Close a session's environment after this many idle seconds (0: never).")
+    ] = 1800.0,
+    max_sessions: Annotated[int, typer.Option(help="Most environment sessions open at once.", min=1)] = 1000,
+) -> None:
+    """Serve one domain's tools as an MCP server (stdio, or HTTP at /mcp); see docs/env-server.md."""
+    from benchmark.envs.server import EnvServer, announce_stderr
+
+    console = Console(stderr=True)
+    (name,) = _domains([domain])
+    try:
+        bench = resolve_data(data)
+        database = Database(db)
+        env_server = EnvServer(
+            load_domain(name, bench.bundle), database, bench,
+            idle_timeout=idle_timeout or None, max_sessions=max_sessions,
+        )
+        env_server.sessions.open_environment().close()  # fail now, not on the first call, on a bad --db
+    except (EnvError, ValueError, SQLAlchemyError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    try:
+        if stdio:
+            anyio.run(env_server.serve_stdio)
+        else:
+            env_server.serve_http(host, port, announce=announce_stderr)
+    finally:
+        database.dispose()

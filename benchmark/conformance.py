@@ -183,9 +183,13 @@ class ConformanceRun:
                 try:
                     _apply(env, row.get("extra_prefix") or [])
                     if row.get("hash_before") is not None:
-                        if base_hash is None or row.get("extra_prefix"):
-                            base_hash = env.state_hash()
-                        if base_hash != row["hash_before"]:
+                        if row.get("extra_prefix"):
+                            before = env.state_hash()  # this row's own state; the group's base is unchanged
+                        else:
+                            if base_hash is None:
+                                base_hash = env.state_hash()
+                            before = base_hash
+                        if before != row["hash_before"]:
                             self._fail(result, Mismatch(domain.name, "probe", row.get("task_id"),
                                                         f"{row['tool']}: state before the probe differs"))
                             continue

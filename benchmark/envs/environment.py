@@ -188,7 +188,7 @@ class Environment:
         self.connection, self._handle = database.open(
             domain.id, domain.metadata, domain.defaults, domain.load_defaults_into
         )
-        self.state = SqlState(self.connection, domain.tables, domain.sql_tables)
+        self.state = SqlState(self.connection, domain.tables, domain.sql_tables, initial=domain.defaults)
         self._tables = {name: Table(self.state, spec) for name, spec in domain.tables.items()}
         self.closed = False
 
@@ -227,8 +227,11 @@ class Environment:
                     validated.append((table, spec.validate_row(row)))
                 except ValidationError as exc:
                     raise DataError(f"{where}.{table}[{i}]: {exc}") from exc
+        grouped: dict[str, list[dict[str, Any]]] = {}
         for table, row in validated:
-            self.state.upsert(table, row)
+            grouped.setdefault(table, []).append(row)
+        for table, rows in grouped.items():
+            self.state.upsert_many(table, rows)
 
     @property
     def tools(self) -> Mapping[str, Tool]:

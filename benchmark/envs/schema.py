@@ -164,6 +164,8 @@ def build_table(
             if enum_member is not None:
                 names.setdefault(default_value, enum_member[1])
             kind, py_type = "enum", _enum_class(base, enum_values, names)
+            if default_value is not None:
+                default_value = py_type(default_value)
         else:
             raise DataError(f"models.json: {name}.{fname}: unsupported type {f['type']!r}")
         annotation: Any = Optional[py_type] if optional else py_type  # noqa: UP045 - built at run time

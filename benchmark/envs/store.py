@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.pool import NullPool, Pool, StaticPool
 
 from benchmark.envs.schema import TableSpec
 
@@ -36,6 +36,9 @@ _COLUMN_TYPES: dict[str, Any] = {
     "bool": sa.Boolean,
     "list": sa.JSON,
 }
+
+# Compiled full-table SELECTs per (SQL table, dialect), shared by all attempts.
+_READERS: dict[tuple[sa.Table, str], tuple[str, list[tuple[int, Any]]]] = {}
 
 SEQ = "_seq"
 KEY = "_key"
@@ -62,19 +65,59 @@ class SqlState:
     """
 
     def __init__(
-        self, connection: sa.Connection, specs: Mapping[str, TableSpec], tables: Mapping[str, sa.Table]
+        self,
+        connection: sa.Connection,
+        specs: Mapping[str, TableSpec],
+        tables: Mapping[str, sa.Table],
+        initial: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     ) -> None:
+        """``initial``: the rows the database was opened with, so untouched tables need no lookups."""
         self.connection = connection
         self.specs = specs
         self.tables = tables
         self._next_seq: dict[str, int] = {}
+        self._initial_keys: dict[str, dict[str, int]] = {}
+        for name, rows in (initial or {}).items():
+            self._next_seq[name] = len(rows)
+            keys: dict[str, int] = {}
+            for seq, row in enumerate(rows):
+                keys.setdefault(specs[name].key(row), seq)
+            self._initial_keys[name] = keys
 
     # -- reads --------------------------------------------------------------------------------
-    def rows(self, table: str) -> list[dict[str, Any]]:
+    def _reader(self, table: str) -> tuple[str, list[tuple[int, Any]]]:
+        """Compiled full-table SELECT plus the result conversions SQLAlchemy would apply."""
         t = self.tables[table]
+        dialect = self.connection.dialect
+        reader = _READERS.get((t, dialect.name))
+        if reader is None:
+            spec = self.specs[table]
+            sql = str(sa.select(*(t.c[n] for n in spec.field_names)).order_by(t.c[SEQ]).compile(dialect=dialect))
+            converters: list[tuple[int, Any]] = []
+            for i, name in enumerate(spec.field_names):
+                processor = t.c[name].type.result_processor(dialect, None)
+                if processor is not None:
+                    converters.append((i, processor))
+            reader = _READERS[(t, dialect.name)] = (sql, converters)
+        return reader
+
+    def rows(self, table: str) -> list[dict[str, Any]]:
+        """All rows in store order. Runs on the DBAPI cursor: this is the hash's hot path."""
+        sql, converters = self._reader(table)
         names = self.specs[table].field_names
-        result = self.connection.execute(sa.select(*(t.c[n] for n in names)).order_by(t.c[SEQ]))
-        return [dict(zip(names, r, strict=True)) for r in result]
+        cursor = self.connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute(sql)
+            fetched = cursor.fetchall()
+        finally:
+            cursor.close()
+        out = []
+        for raw in fetched:
+            values = list(raw)
+            for i, convert in converters:
+                values[i] = convert(values[i])
+            out.append(dict(zip(names, values, strict=True)))
+        return out
 
     def rows_where(self, table: str, **equals: Any) -> list[dict[str, Any]]:
         t = self.tables[table]
@@ -111,6 +154,7 @@ class SqlState:
         return seq
 
     def append_many(self, table: str, rows: Iterable[Mapping[str, Any]]) -> None:
+        self._initial_keys.pop(table, None)
         spec = self.specs[table]
         values = [{**row, SEQ: self._seq_after_last(table), KEY: spec.key(row)} for row in rows]
         if values:
@@ -121,6 +165,7 @@ class SqlState:
 
     def replace(self, table: str, key: str, row: Mapping[str, Any]) -> bool:
         """Replace the first row with this key, in place. False when no row has the key."""
+        self._initial_keys.pop(table, None)
         t = self.tables[table]
         first = self.connection.execute(
             sa.select(t.c[SEQ]).where(t.c[KEY] == key).order_by(t.c[SEQ]).limit(1)
@@ -133,11 +178,38 @@ class SqlState:
 
     def upsert(self, table: str, row: Mapping[str, Any]) -> None:
         """The reference's data-patch semantics: replace in place by key, else append."""
-        if not self.replace(table, self.specs[table].key(row), row):
-            self.append(table, row)
+        self.upsert_many(table, [row])
+
+    def upsert_many(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Upsert rows in order: each replaces the first row with its key in place, else is appended."""
+        if not rows:
+            return
+        t = self.tables[table]
+        spec = self.specs[table]
+        first_seq: dict[str, int] = dict(self._initial_keys.pop(table, None) or {})
+        if not first_seq:
+            for key, seq in self.connection.execute(sa.select(t.c[KEY], t.c[SEQ]).order_by(t.c[SEQ])):
+                first_seq.setdefault(key, seq)
+        appended: list[dict[str, Any]] = []
+        for row in rows:
+            key = spec.key(row)
+            if key in first_seq:
+                seq = first_seq[key]
+                pending = next((a for a in appended if a[SEQ] == seq), None)
+                if pending is not None:
+                    pending.update(row)
+                else:
+                    self.connection.execute(t.update().where(t.c[SEQ] == seq).values({**row, KEY: key}))
+            else:
+                value = {**row, SEQ: self._seq_after_last(table), KEY: key}
+                first_seq[key] = value[SEQ]
+                appended.append(value)
+        if appended:
+            self.connection.execute(t.insert(), appended)
 
     def delete(self, table: str, key: str) -> bool:
         """Delete the first row with this key. False when no row has the key."""
+        self._initial_keys.pop(table, None)
         t = self.tables[table]
         first = self.connection.execute(
             sa.select(t.c[SEQ]).where(t.c[KEY] == key).order_by(t.c[SEQ]).limit(1)
@@ -152,14 +224,19 @@ class SqlState:
         return {name: self.rows(name) for name in self.specs}
 
 
-def _sqlite_engine(raw: sqlite3.Connection) -> sa.Engine:
-    """An engine on one raw connection, with real BEGIN/SAVEPOINT handling.
+def _sqlite_engine(creator: Any, poolclass: type[Pool] = NullPool) -> sa.Engine:
+    """An engine handing out raw connections from ``creator``, with real BEGIN/SAVEPOINT handling.
 
     pysqlite's own implicit transactions break SAVEPOINT (SQLAlchemy docs, "Serializable isolation /
     Savepoints / Transactional DDL"); the documented fix is to disable them and emit BEGIN ourselves.
     """
-    raw.isolation_level = None
-    engine = sa.create_engine("sqlite://", creator=lambda: raw, poolclass=StaticPool)
+
+    def connect() -> sqlite3.Connection:
+        raw = creator()
+        raw.isolation_level = None
+        return raw
+
+    engine = sa.create_engine("sqlite://", creator=connect, poolclass=poolclass)
 
     @sa.event.listens_for(engine, "begin")
     def _begin(conn: sa.Connection) -> None:
@@ -183,6 +260,9 @@ class Database:
             raise ValueError("file-based SQLite is not supported for environments; use sqlite:// (in memory)")
         self._engine: sa.Engine | None = None
         self._templates: dict[int, sqlite3.Connection] = {}
+        # One engine for all SQLite attempts (statement compilation is cached per engine); each
+        # connection it opens is a new, empty in-memory database.
+        self._sqlite = _sqlite_engine(lambda: sqlite3.connect(":memory:", check_same_thread=False))
 
     def _pg_engine(self) -> sa.Engine:
         if self._engine is None:
@@ -208,39 +288,37 @@ class Database:
             template = self._templates.get(domain_id)
             if template is None:
                 template = sqlite3.connect(":memory:", check_same_thread=False)
-                engine = _sqlite_engine(template)
-                with engine.begin() as conn:
+                with _sqlite_engine(lambda: template, StaticPool).begin() as conn:
                     metadata.create_all(conn, checkfirst=False)
                     load(conn)
                 self._templates[domain_id] = template
-            raw = sqlite3.connect(":memory:", check_same_thread=False)
+            conn = self._sqlite.connect()
+            raw = conn.connection.dbapi_connection
+            assert isinstance(raw, sqlite3.Connection)
             template.backup(raw)
-            engine = _sqlite_engine(raw)
-            conn = engine.connect()
             conn.begin()
-            return conn, (engine, None)
+            return conn, None
         engine = self._pg_engine()
         schema = f"sg_{uuid.uuid4().hex[:16]}"
-        conn = engine.connect().execution_options(schema_translate_map={None: schema})
+        conn = engine.connect()
         conn.begin()
         conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+        # Transaction-scoped: every statement of this attempt, SQLAlchemy's or raw, resolves here.
+        conn.execute(sa.text(f'SET LOCAL search_path TO "{schema}"'))
         metadata.create_all(conn, checkfirst=False)
         load(conn)
-        return conn, (None, schema)
+        return conn, schema
 
     def close(self, conn: sa.Connection, handle: Any) -> None:
-        engine, schema = handle
-        if schema is not None:
-            conn.rollback()  # the schema was created inside the attempt's transaction
-            conn.close()
-        else:
-            conn.close()
-            engine.dispose()
+        # PostgreSQL: the attempt's schema was created inside its transaction, so rolling back drops it.
+        conn.rollback()
+        conn.close()
 
     def dispose(self) -> None:
         for template in self._templates.values():
             template.close()
         self._templates.clear()
+        self._sqlite.dispose()
         if self._engine is not None:
             self._engine.dispose()
             self._engine = None

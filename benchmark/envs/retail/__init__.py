@@ -5,6 +5,7 @@ Tool names, schemas and descriptions come from tool_schemas.json; this package h
 
 from __future__ import annotations
 
+from benchmark.envs import zendesk
 from benchmark.envs.environment import DomainDef
 from benchmark.envs.retail import customers, orders, payments, services
 from benchmark.envs.search import make_search_tool
@@ -22,5 +23,8 @@ _tools = {
 DOMAIN = DomainDef(
     name="sandbox_external_retail",
     tools=_tools,
-    read_only=orders.READ_ONLY | payments.READ_ONLY | services.READ_ONLY | customers.READ_ONLY,
+    read_only=(
+        orders.READ_ONLY | payments.READ_ONLY | services.READ_ONLY | customers.READ_ONLY | zendesk.READ_ONLY
+    ),
+    aliases=zendesk.INPUT_ALIASES,
 )

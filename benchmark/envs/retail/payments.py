@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from pydantic import BaseModel
@@ -9,17 +10,82 @@ from pydantic import BaseModel
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
 
+TRANSACTIONS = "external_retail_toolset_stripe_models_payment_transactions"
+REFUNDS = "external_retail_toolset_stripe_models_refunds"
+
+# Every retail write tool stamps this fixed instant (SPEC §3.3).
+WRITE_NOW = dt.datetime(2025, 10, 1, 13, 0, 5, tzinfo=dt.UTC)
+
 
 def charge_customer(env: Environment, args: BaseModel) -> dict[str, Any]:
-    raise ToolError("charge_customer: not implemented yet")
+    """Append an authorized card-on-file charge; the reference checks neither order nor amount."""
+    table = env.table(TRANSACTIONS)
+    txn = table.create(
+        table.record(
+            {
+                "id": f"TXN-2{table.count():07d}",
+                "order_id": args.order_id,
+                "customer_id": args.customer_id,
+                "amount": args.amount,
+                "status": "authorized",
+                "payment_method": "Card on file",
+                "transaction_date": WRITE_NOW,
+                "charge_reason": args.charge_reason.value,
+            }
+        )
+    )
+    return {
+        "transaction_id": txn.id,
+        "order_id": txn.order_id,
+        "amount": txn.amount,
+        "status": txn.status.value,
+        "transaction_date": txn.transaction_date.isoformat(),
+    }
 
 
 def create_refund(env: Environment, args: BaseModel) -> dict[str, Any]:
-    raise ToolError("create_refund: not implemented yet")
+    """Append a pending refund against the order's last transaction; amounts are not checked."""
+    matches = env.table(TRANSACTIONS).where(order_id=args.order_id)
+    if not matches:
+        raise ToolError(f"Original payment transaction not found for order: {args.order_id}")
+    table = env.table(REFUNDS)
+    refund = table.create(
+        table.record(
+            {
+                "id": f"RFD-2{table.count():07d}",
+                "transaction_id": matches[-1].id,
+                "order_id": args.order_id,
+                "amount": args.amount,
+                "refund_reason": args.refund_reason.value,
+                "status": "pending",
+                "refund_date": WRITE_NOW,
+            }
+        )
+    )
+    return {
+        "refund_id": refund.id,
+        "transaction_id": refund.transaction_id,
+        "amount": refund.amount,
+        "status": refund.status,
+        "refund_date": refund.refund_date.isoformat(),
+    }
 
 
 def get_payment_status(env: Environment, args: BaseModel) -> dict[str, Any]:
-    raise ToolError("get_payment_status: not implemented yet")
+    """The order's payment transaction (the first one stored for it)."""
+    matches = env.table(TRANSACTIONS).where(order_id=args.order_id)
+    if not matches:
+        raise ToolError(f"No payment transaction found for order: {args.order_id}")
+    txn = matches[0]
+    return {
+        "transaction_id": txn.id,
+        "order_id": txn.order_id,
+        "customer_id": txn.customer_id,
+        "amount": txn.amount,
+        "status": txn.status.value,
+        "payment_method": txn.payment_method,
+        "transaction_date": txn.transaction_date.isoformat(),
+    }
 
 
 TOOLS = {
@@ -28,4 +94,4 @@ TOOLS = {
     "get_payment_status": get_payment_status,
 }
 
-READ_ONLY: frozenset[str] = frozenset()
+READ_ONLY: frozenset[str] = frozenset({"get_payment_status"})

@@ -1,34 +1,39 @@
-"""The zendesk tools shared by all five domains, with the per-domain variant differences (SPEC §3.5)."""
+"""The zendesk tools shared by all five domains, with the per-domain variant differences (SPEC §3.5).
+
+A domain registers ``zendesk_tools(ITS_VARIANT)`` and passes :data:`INPUT_ALIASES` to its DomainDef.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from functools import partial
 
-from pydantic import BaseModel
-
-from benchmark.envs.environment import Environment
-from benchmark.envs.errors import ToolError
 from benchmark.envs.tools import ToolFn
+from benchmark.envs.zendesk import articles, crud
+from benchmark.envs.zendesk.variant import RETAIL, ZendeskVariant
 
+__all__ = ["INPUT_ALIASES", "READ_ONLY", "RETAIL", "ZendeskVariant", "zendesk_tools"]
 
-@dataclass(frozen=True)
-class ZendeskVariant:
-    """How one domain's zendesk copy differs from the others."""
+INPUT_ALIASES: dict[str, tuple[str, ...]] = {
+    "$filter": ("filter",),
+    "$orderby": ("orderby",),
+    "$skip": ("skip",),
+    "$top": ("top",),
+    "$select": ("select",),
+}
+"""get_items' reference input model has ``populate_by_name``: each ``$option`` is also accepted bare."""
 
-    name: str
-
-
-RETAIL = ZendeskVariant(name="retail")
-
-_NAMES = [
-    "zendesk_create_item", "zendesk_delete_item", "zendesk_get_item", "zendesk_get_items",
-    "zendesk_get_tables", "zendesk_search_articles", "zendesk_update_item",
-]
+READ_ONLY = frozenset(
+    {"zendesk_get_item", "zendesk_get_items", "zendesk_get_tables", "zendesk_search_articles"}
+)
 
 
 def zendesk_tools(variant: ZendeskVariant) -> dict[str, ToolFn]:
-    def stub(env: Environment, args: BaseModel) -> dict[str, Any]:
-        raise ToolError("zendesk: not implemented yet")
-
-    return {n: stub for n in _NAMES}
+    return {
+        "zendesk_create_item": partial(crud.create_item, variant),
+        "zendesk_delete_item": partial(crud.delete_item, variant),
+        "zendesk_get_item": partial(crud.get_item, variant),
+        "zendesk_get_items": partial(crud.get_items, variant),
+        "zendesk_get_tables": partial(crud.get_tables, variant),
+        "zendesk_search_articles": partial(articles.search_articles, variant),
+        "zendesk_update_item": partial(crud.update_item, variant),
+    }

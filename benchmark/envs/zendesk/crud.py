@@ -1,0 +1,138 @@
+"""The zendesk table tools: get_tables, get_item, get_items, create_item, update_item, delete_item.
+
+Each takes the domain's :class:`ZendeskVariant` first (bound by ``zendesk_tools``). Items are returned
+as the full row (nulls kept). Ids are count-based without a collision check, so a create after a
+delete can hit "Object with ID ... already exists" (SPEC §3.2).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from benchmark.envs.environment import Environment, Table
+from benchmark.envs.errors import ToolError
+from benchmark.envs.zendesk import odata
+from benchmark.envs.zendesk.variant import SUPPORTED_TABLES, ZendeskVariant
+
+CREATED_AT = "2025-10-01T13:00:05Z"
+TICKET_UPDATED_AT = "2025-10-01T13:00:10Z"
+UPDATED_AT = "2025-10-01T13:00:05Z"
+TICKET_COMMENT_BASE_ID = 23118465221916
+TICKET_COMMENTS = "ticket_comments"
+
+TABLE_LIST = (
+    "activities", "articles", "groups", "group_memberships", "organizations", "requests",
+    "satisfaction_ratings", "sessions", "tags", "targets", "tickets", "ticket_audits", "ticket_comments",
+    "ticket_fields", "ticket_metrics", "triggers", "users", "views",
+)
+"""What get_tables lists: the ``table`` enum without the legacy ``comments``."""
+
+
+def _member(value: enum.Enum) -> str:
+    """How the reference's f-strings print a str-Enum member on Python 3.11: ``TableName.TICKETS``."""
+    return f"{type(value).__name__}.{value.name}"
+
+
+def _table(variant: ZendeskVariant, env: Environment, table: enum.Enum) -> Table:
+    if table.value not in SUPPORTED_TABLES:
+        raise ToolError(
+            f"Unsupported table: '{table.value}'. "
+            "Only tickets, users, organizations, comments, and ticket_comments are supported."
+        )
+    return env.table(variant.tables[table.value])
+
+
+def _validated(table: Table, data: dict[str, Any], action: str) -> BaseModel:
+    try:
+        return table.record(data)
+    except ValidationError as exc:
+        raise ToolError(f"Failed to {action} item: {exc}") from exc
+
+
+def get_tables(variant: ZendeskVariant, env: Environment, args: BaseModel) -> dict[str, Any]:
+    return {"value": [{"Name": n, "DisplayName": n.replace("_", " ").title()} for n in TABLE_LIST]}
+
+
+def get_item(variant: ZendeskVariant, env: Environment, args: BaseModel) -> dict[str, Any]:
+    table = _table(variant, env, args.table)
+    record = table.get(args.id)
+    if record is None:
+        raise ToolError(f"Item with ID '{args.id}' not found in table '{_member(args.table)}'")
+    return {"item": record.model_dump(mode="json")}
+
+
+def get_items(variant: ZendeskVariant, env: Environment, args: BaseModel) -> dict[str, Any]:
+    table = _table(variant, env, args.table)
+    rows = table.all()
+    if args.p_filter:
+        rows = odata.apply_filter(rows, args.p_filter, variant.comparators)
+    if args.p_orderby:
+        rows = odata.apply_orderby(rows, args.p_orderby)
+    rows = odata.page(rows, args.p_skip, args.p_top)
+    return {"items": odata.select([r.model_dump(mode="json") for r in rows], args.p_select)}
+
+
+def create_item(variant: ZendeskVariant, env: Environment, args: BaseModel) -> dict[str, Any]:
+    table = _table(variant, env, args.table)
+    name = args.table.value
+    count = table.count()
+    new_id: int | str = TICKET_COMMENT_BASE_ID + count if name == TICKET_COMMENTS else str(count + 1)
+    # exclude_unset: fields the caller sent as null stay null (and fail where the row requires them).
+    data = variant.prepare_item(name, args.item.model_dump(mode="json", exclude_unset=True))
+    data["id"] = new_id
+    for list_field in variant.list_fields.get(name, ()):
+        if list_field in data and data[list_field] is None:
+            data[list_field] = []
+    data.setdefault("created_at", CREATED_AT)
+    if name == TICKET_COMMENTS:
+        data.setdefault("key", str(new_id))
+        if "html_body" not in data and "body" in data:
+            data["html_body"] = f'<div class="zd-comment" dir="auto"><p dir="auto">{data["body"]}</p></div>'
+    else:
+        data.setdefault("updated_at", CREATED_AT)
+    record = _validated(table, data, "create")
+    table.create(record)
+    created = record.model_dump(mode="json")
+    if variant.after_create is not None:
+        variant.after_create(env, name, created)
+    return {"item": created}
+
+
+def update_item(variant: ZendeskVariant, env: Environment, args: BaseModel) -> dict[str, Any]:
+    """Partial update: nulls keep the stored value (retail: a null list field becomes ``[]``).
+
+    ``item`` is a smart union of the per-table update inputs, so a dict that fits no ticket input
+    (e.g. an invalid status) may validate as another table's input and update nothing but updated_at.
+    """
+    table = _table(variant, env, args.table)
+    name = args.table.value
+    if name == TICKET_COMMENTS:
+        raise ToolError("The value is not updatable. Ticket comments cannot be modified.")
+    existing = table.get(args.id)
+    if existing is None:
+        raise ToolError(f"Item with ID '{args.id}' not found in table '{name}'")
+    clear_lists = variant.list_fields.get(name, ()) if variant.update_null_lists else ()
+    changes: dict[str, Any] = {}
+    sent = variant.prepare_item(name, args.item.model_dump(mode="json", exclude_unset=True))
+    for key, value in sent.items():
+        if value is not None:
+            changes[key] = value
+        elif key in clear_lists:
+            changes[key] = []
+    data = {**existing.model_dump(mode="json"), **changes}
+    data["updated_at"] = TICKET_UPDATED_AT if name == "tickets" else UPDATED_AT
+    record = _validated(table, data, "update")
+    table.save(record, key=args.id)
+    return {"item": record.model_dump(mode="json")}
+
+
+def delete_item(variant: ZendeskVariant, env: Environment, args: BaseModel) -> dict[str, Any]:
+    table = _table(variant, env, args.table)
+    if args.table.value == TICKET_COMMENTS:
+        raise ToolError("The value is not updatable. Ticket comments cannot be deleted.")
+    if not table.delete(args.id):
+        raise ToolError(f"Item with ID '{args.id}' not found in table '{_member(args.table)}'")
+    return {"success": True}
