@@ -131,3 +131,39 @@ def serve(
             env_server.serve_http(host, port, announce=announce_stderr)
     finally:
         database.dispose()
+
+
+@bench_app.command("perf")
+def perf(
+    domain: DomainOpt = None,
+    data: DataOpt = None,
+    db: DbOpt = None,
+    repeat: Annotated[int, typer.Option(min=1, help="Measured passes (after one warm-up pass).")] = 3,
+) -> None:
+    """Time the grading step per task (init + golden replay + hash) beside the reference's published figure."""
+    from benchmark.perf import REFERENCE_INIT_MS, REFERENCE_MS_PER_TASK, measure_envs
+
+    console = Console()
+    domains = _domains(domain)
+    try:
+        bench = resolve_data(data)
+        database = Database(db)
+        grouped = select_tasks(bench, domains)
+    except (EnvError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    table = RichTable(title=f"environment grading step per task ({database.dialect}, median of {repeat})")
+    for col in ("domain", "tasks", "init ms", "replay ms", "hash ms", "total ms", "tasks/s", "× reference"):
+        table.add_column(col)
+    results = []
+    for d, ts in grouped.items():
+        r = measure_envs(bench, database, d, ts, repeat)
+        results.append(r)
+        table.add_row(d, str(r.tasks), f"{r.init_ms:.2f}", f"{r.replay_ms:.2f}", f"{r.hash_ms:.2f}",
+                      f"{r.total_ms:.2f}", f"{r.tasks_per_s:.0f}", f"{r.ratio_to_reference:.2f}")
+    database.dispose()
+    console.print(table)
+    lo, hi = REFERENCE_MS_PER_TASK
+    console.print(f"reference (data README): init ≈ {REFERENCE_INIT_MS} ms, grading step ≈ {lo}–{hi} ms per task")
+    total = sum(r.total_ms * r.tasks for r in results) / max(sum(r.tasks for r in results), 1)
+    print(f"perf: {total:.2f} ms/task, {1000 / total:.0f} tasks/s, {total / ((lo + hi) / 2):.2f}x reference")

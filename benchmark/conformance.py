@@ -131,7 +131,9 @@ class ConformanceRun:
         result.seconds = time.perf_counter() - started
         return result
 
-    def _golden(self, domain: Domain, task: Task, vector: dict[str, Any] | None, result: DomainResult) -> None:
+    def _golden(
+        self, domain: Domain, task: Task, vector: dict[str, Any] | None, result: DomainResult
+    ) -> None:
         expected = task.answer.expected
         with Environment(domain, self.database) as env:
             env.apply_patch(task.data_patch)
@@ -141,7 +143,9 @@ class ConformanceRun:
             else:
                 diff = _diff(env, vector["init_state"]) if vector else None
                 self._fail(result, Mismatch(domain.name, "init", task.id, "init hash differs", diff))
-            calls = vector["calls"] if vector else [i.model_dump() for i in task.answer.golden_tool_interactions]
+            calls = (
+                vector["calls"] if vector else [i.model_dump() for i in task.answer.golden_tool_interactions]
+            )
             for call in calls:
                 response = env.call_tool(call["tool"], call["parameters"])
                 if vector is None or not self._wanted(call["tool"]):
@@ -190,24 +194,38 @@ class ConformanceRun:
                                 base_hash = env.state_hash()
                             before = base_hash
                         if before != row["hash_before"]:
-                            self._fail(result, Mismatch(domain.name, "probe", row.get("task_id"),
-                                                        f"{row['tool']}: state before the probe differs"))
+                            self._fail(
+                                result,
+                                Mismatch(
+                                    domain.name,
+                                    "probe",
+                                    row.get("task_id"),
+                                    f"{row['tool']}: state before the probe differs",
+                                ),
+                            )
                             continue
                     response = env.call_tool(row["tool"], row["parameters"])
                     ok = response == row["response"]
                     detail = ""
                     if not ok:
-                        detail = (f"{row['tool']}({json.dumps(row['parameters'])[:200]})\n"
-                                  f"    ours:      {response[:600]}\n    reference: {row['response'][:600]}")
+                        detail = (
+                            f"{row['tool']}({json.dumps(row['parameters'])[:200]})\n"
+                            f"    ours:      {response[:600]}\n    reference: {row['response'][:600]}"
+                        )
                     elif row.get("hash_after") is not None:
                         after = env.state_hash()
                         if after != row["hash_after"]:
                             ok = False
-                            detail = f"{row['tool']}({json.dumps(row['parameters'])[:200]}): state after differs"
-                    elif row.get("state_changed") is False and row.get("hash_before") is not None:
-                        if env.state_hash() != row["hash_before"]:
-                            ok = False
-                            detail = f"{row['tool']}: changed state, the reference did not"
+                            detail = (
+                                f"{row['tool']}({json.dumps(row['parameters'])[:200]}): state after differs"
+                            )
+                    elif (
+                        row.get("state_changed") is False
+                        and row.get("hash_before") is not None
+                        and env.state_hash() != row["hash_before"]
+                    ):
+                        ok = False
+                        detail = f"{row['tool']}: changed state, the reference did not"
                     if ok:
                         result.probes_ok += 1
                     else:

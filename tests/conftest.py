@@ -42,7 +42,10 @@ def _pg_available() -> None:
 
 @pytest.fixture(scope="session", params=["sqlite", "postgresql"])
 def database(request: pytest.FixtureRequest) -> Database:
-    """Both storage backends. PostgreSQL must be reachable (CI starts it); SHADOWGUARD_TEST_PG=off opts out."""
+    """Both storage backends. PostgreSQL must be reachable (CI starts it).
+
+    ``SHADOWGUARD_TEST_PG=off`` opts out explicitly.
+    """
     if request.param == "postgresql":
         _pg_available()
         db = Database(PG_URL)

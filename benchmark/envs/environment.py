@@ -35,7 +35,9 @@ class DomainDef:
     read_only: frozenset[str] = frozenset()
     enum_names: dict[str, dict[str, str]] = field(default_factory=dict)
     aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    input_models: dict[str, Callable[[SchemaModels, dict[str, Any]], type[BaseModel]]] = field(default_factory=dict)
+    input_models: dict[str, Callable[[SchemaModels, dict[str, Any]], type[BaseModel]]] = field(
+        default_factory=dict
+    )
 
 
 class Domain:
@@ -58,7 +60,13 @@ class Domain:
 
     def _load_defaults(self) -> dict[str, list[dict[str, Any]]]:
         """Default rows per table, validated through the row models (unknown fields dropped)."""
-        root = self.bundle / "data" / "servers" / "tb_business_ops_servers_202606" / "tb_business_ops_servers_202606"
+        root = (
+            self.bundle
+            / "data"
+            / "servers"
+            / "tb_business_ops_servers_202606"
+            / "tb_business_ops_servers_202606"
+        )
         out: dict[str, list[dict[str, Any]]] = {}
         for name, spec in self.tables.items():
             package = spec.module.removesuffix(".models").replace(".", "/")
@@ -209,7 +217,9 @@ class Environment:
         except KeyError:
             raise UnknownTableError(f"Unknown table: {name}") from None
 
-    def apply_patch(self, data_patch: Mapping[str, Sequence[Mapping[str, Any]]], where: str = "data_patch") -> None:
+    def apply_patch(
+        self, data_patch: Mapping[str, Sequence[Mapping[str, Any]]], where: str = "data_patch"
+    ) -> None:
         """Upsert the patch rows over the defaults, validated first so bad input changes nothing."""
         if not isinstance(data_patch, Mapping):
             raise DataError(f"{where}: must be a mapping of table -> rows")

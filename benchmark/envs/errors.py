@@ -1,10 +1,10 @@
 """Errors raised by the benchmark environments.
 
-    EnvError                    base of everything below
-    ├── DataError               the bundle (models, defaults, tasks) is malformed; names file/table/field
-    ├── UnknownDomainError      a domain name that no environment implements
-    ├── UnknownTableError       a table name that the domain does not have
-    └── ToolError               a tool refused a call; rendered to the agent exactly as the reference does
+EnvError                    base of everything below
+├── DataError               the bundle (models, defaults, tasks) is malformed; names file/table/field
+├── UnknownDomainError      a domain name that no environment implements
+├── UnknownTableError       a table name that the domain does not have
+└── ToolError               a tool refused a call; rendered to the agent exactly as the reference does
 """
 
 from __future__ import annotations

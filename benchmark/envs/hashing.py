@@ -46,7 +46,9 @@ def stable_rows(spec: TableSpec, rows: Sequence[Mapping[str, Any]]) -> list[dict
     return out
 
 
-def stable_state(specs: Mapping[str, TableSpec], snapshot: Mapping[str, Sequence[Mapping[str, Any]]]) -> StableState:
+def stable_state(
+    specs: Mapping[str, TableSpec], snapshot: Mapping[str, Sequence[Mapping[str, Any]]]
+) -> StableState:
     return {name: stable_rows(spec, snapshot[name]) for name, spec in specs.items()}
 
 

@@ -104,7 +104,9 @@ def _member_name(value: str) -> str:
     return name or "EMPTY"
 
 
-def _parse_default(raw: str, table: str, field: str) -> tuple[Any, Callable[[], Any] | None, tuple[str, str] | None]:
+def _parse_default(
+    raw: str, table: str, field: str
+) -> tuple[Any, Callable[[], Any] | None, tuple[str, str] | None]:
     """Decode a models.json default (a Python repr) into (value, factory, enum member)."""
     match = _ENUM_DEFAULT.match(raw)
     if match:

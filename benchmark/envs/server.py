@@ -92,17 +92,17 @@ class EnvStateResult(types.Result):
 
 
 class EnvInitRequest(types.Request[EnvInitParams, Literal["shadowguard/env/init"]]):
-    method: Literal["shadowguard/env/init"] = INIT_METHOD
+    method: Literal["shadowguard/env/init"] = "shadowguard/env/init"
     params: EnvInitParams
 
 
 class EnvStateHashRequest(types.Request[EnvSessionParams, Literal["shadowguard/env/state_hash"]]):
-    method: Literal["shadowguard/env/state_hash"] = STATE_HASH_METHOD
+    method: Literal["shadowguard/env/state_hash"] = "shadowguard/env/state_hash"
     params: EnvSessionParams = Field(default_factory=EnvSessionParams)
 
 
 class EnvCloseRequest(types.Request[EnvSessionParams, Literal["shadowguard/env/close"]]):
-    method: Literal["shadowguard/env/close"] = CLOSE_METHOD
+    method: Literal["shadowguard/env/close"] = "shadowguard/env/close"
     params: EnvSessionParams = Field(default_factory=EnvSessionParams)
 
 
@@ -247,39 +247,39 @@ class EnvSessions:
                 s.users -= 1
                 s.last_used = self._clock()
 
-    async def environment(self, s: _Session) -> Environment:
-        """The session's environment (the domain defaults until it is initialised)."""
+    def _environment(self, s: _Session) -> Environment:
+        """The session's environment (the domain defaults until it is initialised); worker thread only."""
         if s.env is None:
-            s.env = await anyio.to_thread.run_sync(self.open_environment)
+            s.env = self.open_environment()
         return s.env
 
+    # Each operation runs whole in one worker thread, including any swap of ``s.env``: a cancelled
+    # request still lets its thread finish, so no environment is left half-assigned or unclosed.
     async def call_tool(self, key: str, name: str, arguments: Mapping[str, Any] | None) -> str:
         async with self.use(key) as s:
-            env = await self.environment(s)
-            return await anyio.to_thread.run_sync(env.call_tool, name, arguments)
+            return await anyio.to_thread.run_sync(lambda: self._environment(s).call_tool(name, arguments))
 
     async def init(self, key: str, data_patch: Mapping[str, Any]) -> str:
         """Replace the session's environment with a fresh one; on bad input the old one stays."""
         async with self.use(key) as s:
 
-            def build() -> tuple[Environment, str]:
+            def replace() -> str:
                 env = self.open_environment(data_patch)
                 try:
-                    return env, env.state_hash()
+                    digest = env.state_hash()
                 except BaseException:
                     env.close()
                     raise
+                old, s.env = s.env, env
+                if old is not None:
+                    old.close()
+                return digest
 
-            env, digest = await anyio.to_thread.run_sync(build)
-            old, s.env = s.env, env
-            if old is not None:
-                await anyio.to_thread.run_sync(old.close)
-            return digest
+            return await anyio.to_thread.run_sync(replace)
 
     async def state_hash(self, key: str) -> str:
         async with self.use(key) as s:
-            env = await self.environment(s)
-            return await anyio.to_thread.run_sync(env.state_hash)
+            return await anyio.to_thread.run_sync(lambda: self._environment(s).state_hash())
 
     async def close(self, key: str) -> bool:
         """Close a session's environment now; False when there was none."""
@@ -355,7 +355,7 @@ class EnvServer:
     @staticmethod
     def session_key(ctx: Ctx) -> str:
         """Explicit ``_meta`` session id, else the legacy HTTP session, else the stdio connection."""
-        meta = ctx.meta or {}
+        meta: Mapping[str, Any] = ctx.meta or {}
         if SESSION_META_KEY in meta:
             value = meta[SESSION_META_KEY]
             if not isinstance(value, str) or not value or len(value) > _MAX_SESSION_ID:
@@ -364,7 +364,7 @@ class EnvServer:
             return "meta:" + value
         if ctx.request is None:
             return _STDIO_KEY
-        header = ctx.request.headers.get("mcp-session-id")
+        header: str | None = ctx.request.headers.get("mcp-session-id")
         if header:
             return "http:" + header
         raise _invalid(

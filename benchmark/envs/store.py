@@ -92,7 +92,9 @@ class SqlState:
         reader = _READERS.get((t, dialect.name))
         if reader is None:
             spec = self.specs[table]
-            sql = str(sa.select(*(t.c[n] for n in spec.field_names)).order_by(t.c[SEQ]).compile(dialect=dialect))
+            sql = str(
+                sa.select(*(t.c[n] for n in spec.field_names)).order_by(t.c[SEQ]).compile(dialect=dialect)
+            )
             converters: list[tuple[int, Any]] = []
             for i, name in enumerate(spec.field_names):
                 processor = t.c[name].type.result_processor(dialect, None)

@@ -79,7 +79,12 @@ class SchemaModels:
                 raise DataError(f"{where}: non-string enum {values!r}")
             return self.enum(schema.get("title", "Enum"), values), constraints
         kind = schema.get("type")
-        for src, dst in (("minLength", "min_length"), ("maxLength", "max_length"), ("minimum", "ge"), ("maximum", "le")):
+        for src, dst in (
+            ("minLength", "min_length"),
+            ("maxLength", "max_length"),
+            ("minimum", "ge"),
+            ("maximum", "le"),
+        ):
             if src in schema:
                 constraints[dst] = schema[src]
         if kind == "string":
@@ -96,7 +101,9 @@ class SchemaModels:
         if kind == "boolean":
             return bool, constraints
         if kind == "array":
-            item_type, _ = self.annotation(schema.get("items", {}), where) if schema.get("items") else (Any, {})
+            item_type, _ = (
+                self.annotation(schema.get("items", {}), where) if schema.get("items") else (Any, {})
+            )
             return list[item_type], constraints  # type: ignore[valid-type]
         if kind == "object":
             if "properties" in schema:

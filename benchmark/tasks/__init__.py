@@ -52,7 +52,9 @@ class BenchData:
     def tasks(self, domains: Iterable[str] | None = None) -> list[Task]:
         wanted = set(domains) if domains else None
         source = (
-            iter_export(self.tasks_root / "tasks.jsonl") if self.kind == "export" else iter_checkout(self.tasks_root)
+            iter_export(self.tasks_root / "tasks.jsonl")
+            if self.kind == "export"
+            else iter_checkout(self.tasks_root)
         )
         return [t for t in source if wanted is None or t.domain in wanted]
 

@@ -13,9 +13,23 @@ from benchmark.envs.errors import DataError
 from benchmark.tasks.models import AnswerKey, Task
 
 _TOP_LEVEL = {
-    "id", "domain", "scenario", "source_file", "test_name", "variant", "replaces", "query",
-    "user_context", "init", "golden_tool_interactions", "rubrics_yesno", "checks",
-    "golden_call_effects", "stats", "expected", "golden_delta",
+    "id",
+    "domain",
+    "scenario",
+    "source_file",
+    "test_name",
+    "variant",
+    "replaces",
+    "query",
+    "user_context",
+    "init",
+    "golden_tool_interactions",
+    "rubrics_yesno",
+    "checks",
+    "golden_call_effects",
+    "stats",
+    "expected",
+    "golden_delta",
 }
 
 

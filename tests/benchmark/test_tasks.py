@@ -71,8 +71,9 @@ def sample_records(bench: BenchData) -> list[dict]:
     return out
 
 
-def test_checkout_matches_export(tmp_path: Path, bench: BenchData, sample_records: list[dict],
-                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_checkout_matches_export(
+    tmp_path: Path, bench: BenchData, sample_records: list[dict], monkeypatch: pytest.MonkeyPatch
+) -> None:
     _write_checkout(tmp_path, sample_records)
     monkeypatch.setenv("SHADOWGUARD_BENCH_BUNDLE", str(bench.bundle))
     data = resolve_data(tmp_path)
@@ -90,8 +91,9 @@ def test_checkout_matches_export(tmp_path: Path, bench: BenchData, sample_record
         assert task.answer.expected is None  # a checkout carries no reference hashes
 
 
-def test_checkout_is_parsed_not_executed(tmp_path: Path, sample_records: list[dict], bench: BenchData,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_checkout_is_parsed_not_executed(
+    tmp_path: Path, sample_records: list[dict], bench: BenchData, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _write_checkout(tmp_path, sample_records[:1])
     path = tmp_path / sample_records[0]["source_file"]
     marker = tmp_path / "executed"
@@ -126,15 +128,22 @@ def _export_copy(tmp_path: Path, bench: BenchData, lines: list[str]) -> Path:
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda r: r.pop("domain"), r"task sandbox_external_retail_group1.py:test_case_ST002_001: field domain"),
+        (
+            lambda r: r.pop("domain"),
+            r"task sandbox_external_retail_group1.py:test_case_ST002_001: field domain",
+        ),
         (lambda r: r["init"].update(data_patch=[]), r"field init.data_patch"),
         (lambda r: r.update(query=5), r"field query: Input should be a valid string"),
-        (lambda r: r["golden_tool_interactions"].append({"tool": "x", "parameters": {}, "bogus": 1}),
-         r"field golden_tool_interactions.2.bogus"),
+        (
+            lambda r: r["golden_tool_interactions"].append({"tool": "x", "parameters": {}, "bogus": 1}),
+            r"field golden_tool_interactions.2.bogus",
+        ),
         (lambda r: r.update(surprise=1), r"unknown field surprise"),
     ],
 )
-def test_malformed_export_names_file_task_and_field(tmp_path: Path, bench: BenchData, mutate, message: str) -> None:
+def test_malformed_export_names_file_task_and_field(
+    tmp_path: Path, bench: BenchData, mutate, message: str
+) -> None:
     first = json.loads(_first_line(bench))
     mutate(first)
     data = resolve_data(_export_copy(tmp_path, bench, [json.dumps(first)]))
@@ -155,14 +164,21 @@ def test_invalid_json_line_is_reported_with_its_line(tmp_path: Path, bench: Benc
     [
         ("def broken(:\n", "not valid Python"),
         ('def test_a(x):\n    """!\n    query: q\n    """\n', "missing module docstring"),
-        ('"""!\nscenario: s\n"""\ndef test_a(x):\n    """!\n    query: [unclosed\n    """\n', "invalid docstring YAML"),
-        ('"""!\nscenario: s\n"""\ndef test_a(x):\n    """!\n    query: q\n    user_context: c\n    init: {}\n    """\n',
-         r"field init.s: missing"),
+        (
+            '"""!\nscenario: s\n"""\ndef test_a(x):\n    """!\n    query: [unclosed\n    """\n',
+            "invalid docstring YAML",
+        ),
+        (
+            '"""!\nscenario: s\n"""\ndef test_a(x):\n    """!\n'
+            '    query: q\n    user_context: c\n    init: {}\n    """\n',
+            r"field init.s: missing",
+        ),
         ('"""!\nscenario: s\n"""\ndef other(x):\n    pass\n', "no test function test_a"),
     ],
 )
-def test_malformed_checkout(tmp_path: Path, content: str, message: str, bench: BenchData,
-                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_malformed_checkout(
+    tmp_path: Path, content: str, message: str, bench: BenchData, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "dataset" / "test_case" / "s" / "s_group1.py"
     path.parent.mkdir(parents=True)
     path.write_text(content)

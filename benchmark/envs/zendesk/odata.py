@@ -27,7 +27,7 @@ DEFAULT_TOP = 512
 MAX_TOP = 1000
 
 
-def parse_filter(text: str) -> ast._Node:
+def parse_filter(text: str) -> Any:
     return ODataParser().parse(ODataLexer().tokenize(text))
 
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from benchmark.envs import Database, DataError, Domain, Environment, UnknownDomainError, UnknownTableError, load_domain
+from benchmark.envs import (
+    Database,
+    DataError,
+    Domain,
+    Environment,
+    UnknownDomainError,
+    UnknownTableError,
+    load_domain,
+)
 from benchmark.envs.schema import build_table
 from benchmark.tasks import BenchData, Task
 
@@ -39,9 +47,15 @@ def test_patch_upserts_in_place_and_empty_lists_keep_defaults(retail: Domain, da
 
 def test_patch_validation_coerces_like_pydantic(retail: Domain, sqlite_db: Database) -> None:
     order = {
-        "id": "ORD-X", "customer_id": "C", "order_date": "2025-09-13T10:30:00+00:00", "subtotal_amount": 435,
-        "total_amount": "435", "shipping_address_line1": "a", "shipping_address_city": "b",
-        "shipping_address_state": "c", "shipping_address_zip": "d",
+        "id": "ORD-X",
+        "customer_id": "C",
+        "order_date": "2025-09-13T10:30:00+00:00",
+        "subtotal_amount": 435,
+        "total_amount": "435",
+        "shipping_address_line1": "a",
+        "shipping_address_city": "b",
+        "shipping_address_state": "c",
+        "shipping_address_zip": "d",
     }
     with Environment(retail, sqlite_db) as env:
         ticket = {**env.state.rows(TICKETS)[0], "id": "T-X", "solved_at": "2025-10-01T00:00:00Z"}
@@ -64,8 +78,16 @@ def test_patch_validation_coerces_like_pydantic(retail: Domain, sqlite_db: Datab
         ({TICKETS: {"id": "1"}}, DataError, "must be a list"),
         ({TICKETS: ["not a row"]}, DataError, r"zendesk_tickets\[0\]: must be an object"),
         ({TICKETS: [{"id": "99", "status": "open"}]}, DataError, r"zendesk_tickets\[0\]"),
-        ({"zendesk_users": [{"id": "99", "name": "n", "email": "e", "created_at": "x", "updated_at": "y"}],
-          ORDERS: [{"id": "O", "subtotal_amount": "lots"}]}, DataError, "orders"),
+        (
+            {
+                "zendesk_users": [
+                    {"id": "99", "name": "n", "email": "e", "created_at": "x", "updated_at": "y"}
+                ],
+                ORDERS: [{"id": "O", "subtotal_amount": "lots"}],
+            },
+            DataError,
+            "orders",
+        ),
         (["x"], DataError, "must be a mapping"),
     ],
 )
@@ -119,13 +141,28 @@ def test_composite_key_from_models_json_source() -> None:
     spec = build_table(
         "pools",
         {
-            "model": "Pool", "module": "m.models", "extra": "forbid", "unstable_extra": False,
-            "has_id_field": False, "default_rows": 0,
+            "model": "Pool",
+            "module": "m.models",
+            "extra": "forbid",
+            "unstable_extra": False,
+            "has_id_field": False,
+            "default_rows": 0,
             "id_field": 'return f"{self.catalog_id}_{self.pool_type.value}"',
             "fields": {
-                "catalog_id": {"type": "str", "required": True, "default": None, "unstable": False, "enum": None},
-                "pool_type": {"type": "PoolType", "required": True, "default": None, "unstable": False,
-                              "enum": ["named", "shared"]},
+                "catalog_id": {
+                    "type": "str",
+                    "required": True,
+                    "default": None,
+                    "unstable": False,
+                    "enum": None,
+                },
+                "pool_type": {
+                    "type": "PoolType",
+                    "required": True,
+                    "default": None,
+                    "unstable": False,
+                    "enum": ["named", "shared"],
+                },
             },
         },
     )

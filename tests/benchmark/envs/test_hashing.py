@@ -23,27 +23,51 @@ MODEL = {
         "id": {"type": "str", "required": True, "default": None, "unstable": False, "enum": None},
         "amount": {"type": "float", "required": False, "default": "0.0", "unstable": False, "enum": None},
         "price": {"type": "Decimal", "required": False, "default": None, "unstable": False, "enum": None},
-        "at": {"type": "Optional[datetime]", "required": False, "default": None, "unstable": False, "enum": None},
-        "tags": {"type": "List[str]", "required": False, "default": "'factory:[]'", "unstable": False, "enum": None},
+        "at": {
+            "type": "Optional[datetime]",
+            "required": False,
+            "default": None,
+            "unstable": False,
+            "enum": None,
+        },
+        "tags": {
+            "type": "List[str]",
+            "required": False,
+            "default": "'factory:[]'",
+            "unstable": False,
+            "enum": None,
+        },
         "note": {"type": "str", "required": False, "default": "''", "unstable": True, "enum": None},
     },
 }
-NO_ID = {**MODEL, "id_field": "sku", "has_id_field": False,
-         "fields": {"sku": MODEL["fields"]["id"], "qty": {"type": "int", "required": True, "default": None,
-                                                          "unstable": False, "enum": None}}}
+NO_ID = {
+    **MODEL,
+    "id_field": "sku",
+    "has_id_field": False,
+    "fields": {
+        "sku": MODEL["fields"]["id"],
+        "qty": {"type": "int", "required": True, "default": None, "unstable": False, "enum": None},
+    },
+}
 THING = build_table("things", MODEL)
 ITEM = build_table("items", NO_ID)
 
 
 def reference_hash(state: dict) -> str:
-    return hashlib.sha256(json.dumps(state, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
+    return hashlib.sha256(
+        json.dumps(state, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    ).hexdigest()
 
 
 ids = st.text(alphabet="0123456789ab", min_size=1, max_size=3)
 
 
-@given(st.lists(st.tuples(ids, st.floats(allow_nan=False, allow_infinity=False), st.lists(st.text(max_size=3))),
-                max_size=8))
+@given(
+    st.lists(
+        st.tuples(ids, st.floats(allow_nan=False, allow_infinity=False), st.lists(st.text(max_size=3))),
+        max_size=8,
+    )
+)
 def test_rows_sorted_by_string_id_and_lists_sorted(rows: list) -> None:
     raw = [THING.validate_row({"id": i, "amount": a, "tags": t, "note": "x"}) for i, a, t in rows]
     stable = stable_rows(THING, raw)
@@ -79,7 +103,10 @@ def test_number_and_date_rendering_follow_pydantic_json_mode() -> None:
     assert row["at"] == "2025-10-01T13:00:05Z"
     assert THING.validate_row({"id": "1", "price": 450.00})["price"] == "450.0"
     assert THING.validate_row({"id": "1", "at": "2025-10-01"})["at"] == "2025-10-01T00:00:00"
-    assert THING.validate_row({"id": "1", "at": "2025-10-01T13:00:05.123+02:00"})["at"] == "2025-10-01T13:00:05.123000+02:00"
+    assert (
+        THING.validate_row({"id": "1", "at": "2025-10-01T13:00:05.123+02:00"})["at"]
+        == "2025-10-01T13:00:05.123000+02:00"
+    )
     text = json.dumps({"things": stable_rows(THING, [row])}, sort_keys=True, separators=(",", ":"))
     assert '"amount":435.0' in text
 
@@ -92,9 +119,10 @@ def test_hash_independent_of_key_order(fields: dict) -> None:
 
 
 def test_hash_ensures_ascii() -> None:
-    assert state_hash({"t": [{"s": "Open – Initial"}]}) == hashlib.sha256(
-        b'{"t":[{"s":"Open \\u2013 Initial"}]}'
-    ).hexdigest()
+    assert (
+        state_hash({"t": [{"s": "Open – Initial"}]})
+        == hashlib.sha256(b'{"t":[{"s":"Open \\u2013 Initial"}]}').hexdigest()
+    )
 
 
 def test_unstable_fields_do_not_change_the_hash() -> None:

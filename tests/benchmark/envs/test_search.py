@@ -29,7 +29,7 @@ def env(retail: Domain, sqlite_db: Any) -> Iterator[Environment]:
 
 
 def search(env: Environment, **args: Any) -> list[dict[str, Any]]:
-    out = json.loads(env.call_tool("search_policy", args))
+    out: dict[str, list[dict[str, Any]]] = json.loads(env.call_tool("search_policy", args))
     assert list(out) == ["snippets"]
     return out["snippets"]
 
@@ -38,7 +38,9 @@ def run_tool(bundle: Path, scenario: str, query: str, max_results: int | None = 
     """Calls a scenario's tool function directly (only retail has a domain to go through yet)."""
     tool = make_search_tool(scenario)
     fake_env = SimpleNamespace(domain=SimpleNamespace(bundle=bundle))
-    return tool(fake_env, SimpleNamespace(query=query, max_results=max_results))["snippets"]  # type: ignore[arg-type]
+    out = tool(fake_env, SimpleNamespace(query=query, max_results=max_results))  # type: ignore[arg-type]
+    hits: list[dict[str, Any]] = out["snippets"]
+    return hits
 
 
 def test_return_window_query_ranks_the_returns_section_first(env: Environment, bench: BenchData) -> None:

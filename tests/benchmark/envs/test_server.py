@@ -28,7 +28,7 @@ from mcp.types import INVALID_PARAMS
 from typer.testing import CliRunner
 
 from benchmark.cli import env_app
-from benchmark.envs import load_domain
+from benchmark.envs import UnknownTableError, load_domain
 from benchmark.envs.server import (
     SESSION_META_KEY,
     close_environment,
@@ -340,3 +340,33 @@ def test_cli_errors(ref: Reference, tmp_path: Path) -> None:
     bad_db = runner.invoke(cli, ["env", "serve", "--domain", DOMAIN, "--db", "mysql://x/y", "--stdio"])
     assert bad_db.exit_code == 2
     assert "unsupported database" in bad_db.output
+
+
+# -- the session store in-process (no transport) ------------------------------------------------------
+
+
+async def test_sessions_reap_idle_and_cap(ref: Reference) -> None:
+    from benchmark.envs import Database
+    from benchmark.envs.server import EnvSessions
+
+    now = [0.0]
+    database = Database()
+    sessions = EnvSessions(load_domain(DOMAIN, ref.data.bundle), database, idle_timeout=60, max_sessions=2,
+                           clock=lambda: now[0])
+    try:
+        assert await sessions.init("a", ref.task.data_patch) == ref.init_hash
+        assert await sessions.state_hash("b") == ref.defaults_hash
+        with pytest.raises(MCPError) as info:
+            await sessions.state_hash("c")
+        assert "too many environment sessions (2)" in info.value.message
+        now[0] = 61.0
+        assert await sessions.state_hash("c") == ref.defaults_hash  # a and b were idle: reaped
+        assert "a" not in sessions and "b" not in sessions and len(sessions) == 1
+        with pytest.raises(UnknownTableError):
+            await sessions.init("c", {"nope": []})
+        assert await sessions.state_hash("c") == ref.defaults_hash
+        assert await sessions.close("c") is True
+        assert await sessions.close("c") is False
+    finally:
+        sessions.close_all()
+        database.dispose()
