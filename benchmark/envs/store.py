@@ -18,6 +18,7 @@ from __future__ import annotations
 import sqlite3
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -37,8 +38,18 @@ _COLUMN_TYPES: dict[str, Any] = {
     "list": sa.JSON,
 }
 
-# Compiled full-table SELECTs per (SQL table, dialect), shared by all attempts.
-_READERS: dict[tuple[sa.Table, str], tuple[str, list[tuple[int, Any]]]] = {}
+
+@dataclass(frozen=True)
+class _Compiled:
+    sql: str
+    defaults: dict[str, Any]
+    positional: tuple[str, ...] | None
+    converters: list[tuple[int, Any]]
+    binds: list[tuple[str, Any]]
+
+
+# Compiled read queries per (SQL table, dialect, query shape), shared by all attempts.
+_COMPILED: dict[tuple[Any, ...], _Compiled] = {}
 
 SEQ = "_seq"
 KEY = "_key"
@@ -85,65 +96,93 @@ class SqlState:
             self._initial_keys[name] = keys
 
     # -- reads --------------------------------------------------------------------------------
-    def _reader(self, table: str) -> tuple[str, list[tuple[int, Any]]]:
-        """Compiled full-table SELECT plus the result conversions SQLAlchemy would apply."""
+    # Reads are the hot path of tools and of the hash: each query shape is compiled once per dialect
+    # and run on the DBAPI cursor, applying the result conversions SQLAlchemy would apply.
+    def _compiled(self, table: str, shape: tuple[Any, ...]) -> _Compiled:
         t = self.tables[table]
         dialect = self.connection.dialect
-        reader = _READERS.get((t, dialect.name))
-        if reader is None:
-            spec = self.specs[table]
-            sql = str(
-                sa.select(*(t.c[n] for n in spec.field_names)).order_by(t.c[SEQ]).compile(dialect=dialect)
-            )
-            converters: list[tuple[int, Any]] = []
-            for i, name in enumerate(spec.field_names):
+        cache_key = (t, dialect.name, shape)
+        compiled = _COMPILED.get(cache_key)
+        if compiled is None:
+            kind, columns = shape
+            names = self.specs[table].field_names
+            if kind == "count":
+                stmt: sa.Select[Any] = sa.select(sa.func.count()).select_from(t)
+                selected: tuple[str, ...] = ()
+            elif kind == "has":
+                stmt = sa.select(t.c[SEQ]).where(t.c[KEY] == sa.bindparam("p_key")).limit(1)
+                selected = ()
+            else:
+                stmt = sa.select(*(t.c[n] for n in names)).order_by(t.c[SEQ])
+                for i, column in enumerate(columns):
+                    stmt = stmt.where(t.c[column] == sa.bindparam(f"p{i}", type_=t.c[column].type))
+                if kind == "key":
+                    stmt = stmt.where(t.c[KEY] == sa.bindparam("p_key")).limit(1)
+                selected = names
+            result = stmt.compile(dialect=dialect)
+            converters = []
+            for i, name in enumerate(selected):
                 processor = t.c[name].type.result_processor(dialect, None)
                 if processor is not None:
                     converters.append((i, processor))
-            reader = _READERS[(t, dialect.name)] = (sql, converters)
-        return reader
+            binds = []
+            for i, column in enumerate(columns):
+                binds.append((f"p{i}", t.c[column].type.bind_processor(dialect)))
+            compiled = _COMPILED[cache_key] = _Compiled(
+                sql=result.string,
+                defaults=dict(result.params),
+                positional=tuple(result.positiontup) if result.positiontup else None,
+                converters=converters,
+                binds=binds,
+            )
+        return compiled
 
-    def rows(self, table: str) -> list[dict[str, Any]]:
-        """All rows in store order. Runs on the DBAPI cursor: this is the hash's hot path."""
-        sql, converters = self._reader(table)
-        names = self.specs[table].field_names
+    def _fetch(self, table: str, shape: tuple[Any, ...], params: dict[str, Any]) -> list[Any]:
+        compiled = self._compiled(table, shape)
+        params = {**compiled.defaults, **params}
+        for name, processor in compiled.binds:
+            if processor is not None:
+                params[name] = processor(params[name])
+        args: Any = params if compiled.positional is None else [params[n] for n in compiled.positional]
         cursor = self.connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         try:
-            cursor.execute(sql)
+            cursor.execute(compiled.sql, args)
             fetched = cursor.fetchall()
         finally:
             cursor.close()
+        if not compiled.converters:
+            return fetched
         out = []
         for raw in fetched:
             values = list(raw)
-            for i, convert in converters:
+            for i, convert in compiled.converters:
                 values[i] = convert(values[i])
-            out.append(dict(zip(names, values, strict=True)))
+            out.append(values)
         return out
 
-    def rows_where(self, table: str, **equals: Any) -> list[dict[str, Any]]:
-        t = self.tables[table]
+    def _dicts(self, table: str, fetched: list[Any]) -> list[dict[str, Any]]:
         names = self.specs[table].field_names
-        query = sa.select(*(t.c[n] for n in names)).order_by(t.c[SEQ])
-        for column, value in equals.items():
-            query = query.where(t.c[column] == value)
-        return [dict(zip(names, r, strict=True)) for r in self.connection.execute(query)]
+        return [dict(zip(names, r, strict=True)) for r in fetched]
+
+    def rows(self, table: str) -> list[dict[str, Any]]:
+        """All rows in store order."""
+        return self._dicts(table, self._fetch(table, ("all", ()), {}))
+
+    def rows_where(self, table: str, **equals: Any) -> list[dict[str, Any]]:
+        """Rows whose stored values equal the given ones, in store order."""
+        columns = tuple(equals)
+        params = {f"p{i}": equals[c] for i, c in enumerate(columns)}
+        return self._dicts(table, self._fetch(table, ("where", columns), params))
 
     def by_key(self, table: str, key: str) -> dict[str, Any] | None:
-        t = self.tables[table]
-        names = self.specs[table].field_names
-        query = sa.select(*(t.c[n] for n in names)).where(t.c[KEY] == key).order_by(t.c[SEQ]).limit(1)
-        row = self.connection.execute(query).first()
-        return None if row is None else dict(zip(names, row, strict=True))
+        rows = self._dicts(table, self._fetch(table, ("key", ()), {"p_key": key}))
+        return rows[0] if rows else None
 
     def count(self, table: str) -> int:
-        t = self.tables[table]
-        return int(self.connection.execute(sa.select(sa.func.count()).select_from(t)).scalar_one())
+        return int(self._fetch(table, ("count", ()), {})[0][0])
 
     def has_key(self, table: str, key: str) -> bool:
-        t = self.tables[table]
-        query = sa.select(t.c[SEQ]).where(t.c[KEY] == key).limit(1)
-        return self.connection.execute(query).first() is not None
+        return bool(self._fetch(table, ("has", ()), {"p_key": key}))
 
     # -- writes -------------------------------------------------------------------------------
     def _seq_after_last(self, table: str) -> int:

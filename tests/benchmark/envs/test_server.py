@@ -28,9 +28,10 @@ from mcp.types import INVALID_PARAMS
 from typer.testing import CliRunner
 
 from benchmark.cli import env_app
-from benchmark.envs import UnknownTableError, load_domain
+from benchmark.envs import Database, Environment, UnknownTableError, load_domain
 from benchmark.envs.server import (
     SESSION_META_KEY,
+    EnvSessions,
     close_environment,
     environment_state_hash,
     init_environment,
@@ -94,8 +95,6 @@ def ref() -> Reference:
             break
     assert {r["tool"] for r in reads} == set(READ_TOOLS)
     assert task.answer.expected is not None
-    from benchmark.envs import Database, Environment
-
     with Environment(load_domain(DOMAIN, data.bundle), Database()) as env:
         defaults_hash = env.state_hash()
     return Reference(
@@ -345,12 +344,8 @@ def test_cli_errors(ref: Reference, tmp_path: Path) -> None:
 # -- the session store in-process (no transport) ------------------------------------------------------
 
 
-async def test_sessions_reap_idle_and_cap(ref: Reference) -> None:
-    from benchmark.envs import Database
-    from benchmark.envs.server import EnvSessions
-
+async def test_sessions_reap_idle_and_cap(ref: Reference, database: Database) -> None:
     now = [0.0]
-    database = Database()
     sessions = EnvSessions(load_domain(DOMAIN, ref.data.bundle), database, idle_timeout=60, max_sessions=2,
                            clock=lambda: now[0])
     try:
@@ -369,4 +364,25 @@ async def test_sessions_reap_idle_and_cap(ref: Reference) -> None:
         assert await sessions.close("c") is False
     finally:
         sessions.close_all()
-        database.dispose()
+
+
+async def test_sessions_run_concurrently_in_isolation(ref: Reference, database: Database) -> None:
+    sessions = EnvSessions(load_domain(DOMAIN, ref.data.bundle), database)
+    w = ref.write
+    hashes: dict[str, tuple[str, str]] = {}
+
+    async def attempt(key: str, write: bool) -> None:
+        init = await sessions.init(key, ref.task.data_patch)
+        if write:
+            assert await sessions.call_tool(key, w["tool"], w["parameters"]) == w["response"]
+        hashes[key] = (init, await sessions.state_hash(key))
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for i in range(6):
+                tg.start_soon(attempt, f"s{i}", i % 2 == 0)
+    finally:
+        sessions.close_all()
+    assert hashes == {
+        f"s{i}": (ref.init_hash, w["hash_after"] if i % 2 == 0 else ref.init_hash) for i in range(6)
+    }
