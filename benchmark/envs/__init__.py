@@ -28,6 +28,8 @@ __all__ = [
 # Domain name -> module defining DOMAIN: DomainDef. Only landed domains are listed.
 DOMAINS: dict[str, str] = {
     "sandbox_external_retail": "benchmark.envs.retail",
+    "external_booking_v1": "benchmark.envs.booking",
+    "sandbox_auto_insurance": "benchmark.envs.auto",
 }
 
 
