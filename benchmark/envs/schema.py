@@ -15,7 +15,7 @@ import enum
 import re
 from collections.abc import Callable, Mapping
 from decimal import Decimal
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -164,7 +164,7 @@ def build_table(
         elif enum_values is not None:
             names = dict(enum_member_names.get(base, {}))
             if enum_member is not None:
-                names.setdefault(default_value, enum_member[1])
+                names.setdefault(str(default_value), enum_member[1])
             kind, py_type = "enum", _enum_class(base, enum_values, names)
             if default_value is not None:
                 default_value = py_type(default_value)
@@ -188,7 +188,7 @@ def build_table(
                 enum_values=enum_values,
             )
         )
-    extra = "forbid" if raw.get("extra") == "forbid" else "ignore"
+    extra: Literal["forbid", "ignore"] = "forbid" if raw.get("extra") == "forbid" else "ignore"
     model = create_model(raw["model"], __config__=ConfigDict(extra=extra), **field_defs)
     key, key_fields = _key_function(raw["id_field"], name)
     return TableSpec(

@@ -19,7 +19,7 @@ import sqlite3
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool, Pool, StaticPool
@@ -151,7 +151,7 @@ class SqlState:
         finally:
             cursor.close()
         if not compiled.converters:
-            return fetched
+            return list(fetched)
         out = []
         for raw in fetched:
             values = list(raw)
@@ -188,7 +188,7 @@ class SqlState:
     def _seq_after_last(self, table: str) -> int:
         if table not in self._next_seq:
             t = self.tables[table]
-            last = self.connection.execute(sa.select(sa.func.max(t.c[SEQ]))).scalar_one()
+            last: int | None = self.connection.execute(sa.select(sa.func.max(t.c[SEQ]))).scalar_one()
             self._next_seq[table] = 0 if last is None else int(last) + 1
         seq = self._next_seq[table]
         self._next_seq[table] = seq + 1
@@ -227,10 +227,12 @@ class SqlState:
             return
         t = self.tables[table]
         spec = self.specs[table]
-        first_seq: dict[str, int] = dict(self._initial_keys.pop(table, None) or {})
+        first_seq: dict[str, int] = dict(self._initial_keys.pop(table, {}))
         if not first_seq:
-            for key, seq in self.connection.execute(sa.select(t.c[KEY], t.c[SEQ]).order_by(t.c[SEQ])):
-                first_seq.setdefault(key, seq)
+            for stored_key, stored_seq in self.connection.execute(
+                sa.select(t.c[KEY], t.c[SEQ]).order_by(t.c[SEQ])
+            ):
+                first_seq.setdefault(str(stored_key), cast(int, stored_seq))
         appended: list[dict[str, Any]] = []
         for row in rows:
             key = spec.key(row)
@@ -273,7 +275,7 @@ def _sqlite_engine(creator: Any, poolclass: type[Pool] = NullPool) -> sa.Engine:
     """
 
     def connect() -> sqlite3.Connection:
-        raw = creator()
+        raw: sqlite3.Connection = creator()
         raw.isolation_level = None
         return raw
 

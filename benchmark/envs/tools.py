@@ -16,7 +16,7 @@ import enum
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, create_model
 
@@ -56,7 +56,8 @@ class SchemaModels:
         if cache_key not in self._enums:
             names = self.enum_names.get(title, {})
             members = {names.get(v, _enum_member_name(v)): v for v in values}
-            self._enums[cache_key] = enum.Enum(title, members, type=str)  # type: ignore[misc]
+            made: type[enum.Enum] = enum.Enum(title, members, type=str)  # type: ignore[misc]
+            self._enums[cache_key] = made
         return self._enums[cache_key]
 
     def annotation(self, schema: Mapping[str, Any], where: str) -> tuple[Any, dict[str, Any]]:
@@ -128,7 +129,8 @@ class SchemaModels:
                 fields[py_name] = (annotation, Field(..., **kwargs))
             else:
                 fields[py_name] = (annotation, Field(sub.get("default"), **kwargs))
-        extra = "forbid" if schema.get("additionalProperties") is False else "ignore"
+        forbid = schema.get("additionalProperties") is False
+        extra: Literal["forbid", "ignore"] = "forbid" if forbid else "ignore"
         return create_model(name, __config__=ConfigDict(extra=extra, populate_by_name=False), **fields)
 
 

@@ -92,8 +92,8 @@ def _task(root: Path, path: Path, scenario: str, test: str, doc: Any) -> Task:
             test_name=test,
             variant="rubrics_yesno" if is_rubric else "base",
             replaces=f"{stem.removesuffix(RUBRIC_SUFFIX)}.py:{test}" if is_rubric else None,
-            query=doc.get("query"),
-            user_context=doc.get("user_context"),
+            query=doc.get("query"),  # type: ignore[arg-type]  # validated by Task
+            user_context=doc.get("user_context"),  # type: ignore[arg-type]
             data_patch=patch,
             rubrics_yesno=server.get("rubrics_yesno"),
             checks=["db_hash", "rubrics_yesno"] if is_rubric else ["db_hash"],

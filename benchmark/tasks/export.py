@@ -68,8 +68,8 @@ def task_from_record(record: dict[str, Any], path: Path, line: int) -> Task:
             test_name=record.get("test_name", task_id.rpartition(":")[2]),
             variant=record.get("variant", "base"),
             replaces=record.get("replaces"),
-            query=record.get("query"),
-            user_context=record.get("user_context"),
+            query=record.get("query"),  # type: ignore[arg-type]  # validated by Task
+            user_context=record.get("user_context"),  # type: ignore[arg-type]
             data_patch=init["data_patch"],
             rubrics_yesno=record.get("rubrics_yesno"),
             checks=record.get("checks", ["db_hash"]),
