@@ -30,6 +30,8 @@ DOMAINS: dict[str, str] = {
     "sandbox_external_retail": "benchmark.envs.retail",
     "external_booking_v1": "benchmark.envs.booking",
     "sandbox_auto_insurance": "benchmark.envs.auto",
+    "sandbox_neobank_support_v1": "benchmark.envs.neobank",
+    "sandbox_consulting": "benchmark.envs.consulting",
 }
 
 

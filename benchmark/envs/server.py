@@ -63,6 +63,7 @@ _MAX_SESSION_ID = 256
 _STDIO_KEY = "stdio"
 
 Ctx = ServerRequestContext[Any, Any]
+_Paging = types.PaginatedRequestParams | None
 
 
 # -- wire models (shared by the server and by harness clients) --------------------------------------
@@ -377,14 +378,10 @@ class EnvServer:
         tool = self.domain.tools.get(name)
         return None if tool is None else tool.input_schema
 
-    async def _list_tools(
-        self, ctx: Ctx, params: types.PaginatedRequestParams | None
-    ) -> types.ListToolsResult:
+    async def _list_tools(self, ctx: Ctx, params: _Paging) -> types.ListToolsResult:
         return types.ListToolsResult(tools=self.tools)
 
-    async def _call_tool(
-        self, ctx: Ctx, params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         if params.name in self.domain.tools:
             text = await self.sessions.call_tool(self.session_key(ctx), params.name, params.arguments)
         else:
@@ -418,9 +415,11 @@ class EnvServer:
             raise MCPError(code=types.INTERNAL_ERROR, message=f"cannot load tasks: {exc}") from exc
         task = tasks.get(task_id)
         if task is None:
-            raise _invalid(f"unknown task id {task_id!r}")
+            raise _invalid(f"{INIT_METHOD}: unknown task id {task_id!r}")
         if task.domain != self.domain.name:
-            raise _invalid(f"task {task_id!r} belongs to domain {task.domain}, not {self.domain.name}")
+            raise _invalid(
+                f"{INIT_METHOD}: task {task_id!r} belongs to domain {task.domain}, not {self.domain.name}"
+            )
         return task.data_patch
 
     async def _init(self, ctx: Ctx, params: EnvInitParams) -> EnvStateResult:
@@ -470,6 +469,7 @@ class EnvServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
+            sock.listen(2048)  # clients that connect before uvicorn starts wait in the backlog
             bound = sock.getsockname()[1]
             app = self.http_app(host=host, idle_timeout=self.sessions.idle_timeout)
             config = uvicorn.Config(app, log_level="warning", lifespan="on")

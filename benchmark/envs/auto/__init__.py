@@ -9,11 +9,10 @@ from benchmark.envs import zendesk
 from benchmark.envs.environment import DomainDef
 from benchmark.envs.auto import billing, claims, crm, policy
 from benchmark.envs.search import make_search_tool
-from benchmark.envs.zendesk import RETAIL, zendesk_tools
+from benchmark.envs.zendesk import AUTO, zendesk_tools
 
-# TODO(zendesk variant): replace RETAIL by this domain's ZendeskVariant.
 _tools = {
-    **zendesk_tools(RETAIL),
+    **zendesk_tools(AUTO),
     **billing.TOOLS,
     **claims.TOOLS,
     **crm.TOOLS,

@@ -9,17 +9,56 @@ from pydantic import BaseModel
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
 
+CUSTOMERS = "crm_customers"
+
+
+def _customer(env: Environment, customer_id: str) -> BaseModel:
+    customer = env.table(CUSTOMERS).get(customer_id)
+    if customer is None:
+        raise ToolError(f"Customer with ID '{customer_id}' not found")
+    return customer
+
 
 def crm_get_customer_by_email(env: Environment, args: BaseModel) -> dict[str, Any]:
-    raise ToolError("crm_get_customer_by_email: not implemented yet")
+    """First customer whose email matches case-insensitively; emails are not unique across patches."""
+    wanted = args.email.lower()
+    for customer in env.table(CUSTOMERS).all():
+        if customer.email.lower() == wanted:
+            return {
+                "customer_id": customer.id,
+                "first_name": customer.first_name,
+                "last_name": customer.last_name,
+            }
+    raise ToolError(f"No customer found with email '{args.email}'")
 
 
 def crm_get_customer_profile(env: Environment, args: BaseModel) -> dict[str, Any]:
-    raise ToolError("crm_get_customer_profile: not implemented yet")
+    """Profile without the secrets: only whether an SSN is on file, and the question but not its answer."""
+    customer = _customer(env, args.customer_id)
+    return {
+        "customer_id": customer.id,
+        "email": customer.email,
+        "first_name": customer.first_name,
+        "last_name": customer.last_name,
+        "date_of_birth": customer.date_of_birth,
+        "phone": customer.phone,
+        "tier": customer.tier.value,
+        "fraud_flag": customer.fraud_flag,
+        "security_question": customer.security_question,
+        "has_ssn_on_file": customer.ssn_last_4 is not None,
+    }
 
 
 def crm_verify_identity(env: Environment, args: BaseModel) -> dict[str, Any]:
-    raise ToolError("crm_verify_identity: not implemented yet")
+    """SSN wins when both are given (exact match); the security answer matches case-insensitively."""
+    if not args.ssn_last_4 and not args.security_answer:
+        raise ToolError("Must provide either ssn_last_4 or security_answer for verification")
+    customer = _customer(env, args.customer_id)
+    if args.ssn_last_4:
+        return {"verified": customer.ssn_last_4 == args.ssn_last_4, "verification_method": "ssn"}
+    stored = customer.security_answer
+    verified = stored is not None and stored.lower() == args.security_answer.lower()
+    return {"verified": verified, "verification_method": "security_question"}
 
 
 TOOLS = {
@@ -28,4 +67,4 @@ TOOLS = {
     "crm_verify_identity": crm_verify_identity,
 }
 
-READ_ONLY: frozenset[str] = frozenset()
+READ_ONLY: frozenset[str] = frozenset(TOOLS)

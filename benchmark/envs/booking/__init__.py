@@ -9,11 +9,10 @@ from benchmark.envs import zendesk
 from benchmark.envs.environment import DomainDef
 from benchmark.envs.booking import bookings, corporate, crm, hotels, lookup, payments
 from benchmark.envs.search import make_search_tool
-from benchmark.envs.zendesk import RETAIL, zendesk_tools
+from benchmark.envs.zendesk import BOOKING, zendesk_tools
 
-# TODO(zendesk variant): replace RETAIL by this domain's ZendeskVariant.
 _tools = {
-    **zendesk_tools(RETAIL),
+    **zendesk_tools(BOOKING),
     **bookings.TOOLS,
     **corporate.TOOLS,
     **crm.TOOLS,

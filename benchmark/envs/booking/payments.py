@@ -1,41 +1,183 @@
-"""Payment API tools."""
+"""Payment API tools: transactions (charges, refunds, disputes), invoices and payment methods.
+
+Transactions keep ``created_at``/``updated_at`` as plain strings, so the frozen instants below are stored
+in their ``isoformat()`` form (``+00:00``) and the "most recent" orderings compare those strings.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+from decimal import Decimal
 from typing import Any
 
 from pydantic import BaseModel
 
+from benchmark.envs.booking.money import cents, finite
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
 
+BOOKINGS = "booking_api_bookings"
+TRANSACTIONS = "payment_api_transactions"
+
+# Frozen "now" of charge, refund and invoice (SPEC §3.3), and of disputes.
+PAYMENT_NOW = dt.datetime(2025, 11, 25, 10, 0, 0, tzinfo=dt.UTC)
+DISPUTE_NOW = dt.datetime(2025, 11, 30, 10, 0, 0, tzinfo=dt.UTC)
+
+REFUND_ESTIMATE = "3-5 business days"
+
+
+def _booking(env: Environment, booking_reference: str) -> BaseModel:
+    """The first booking with this reference (not the row id, which often differs)."""
+    found = env.table(BOOKINGS).where(booking_reference=booking_reference)
+    if not found:
+        raise ToolError(f"Booking not found: {booking_reference}")
+    return found[0]
+
+
+def _append_transaction(
+    env: Environment,
+    txn_id: str,
+    source: BaseModel,
+    amount: Any,
+    kind: str,
+    status: str,
+    reason: str,
+    estimate: str | None,
+    now: dt.datetime,
+) -> None:
+    """Store a transaction row for the booking/customer of ``source`` (a booking or a transaction)."""
+    table = env.table(TRANSACTIONS)
+    table.create(
+        table.record(
+            {
+                "id": txn_id,
+                "transaction_id": txn_id,
+                "booking_reference": source.booking_reference,
+                "customer_id": source.customer_id,
+                "amount": amount,
+                "currency": "USD",
+                "transaction_type": kind,
+                "payment_status": status,
+                "payment_method": None,
+                "reason": reason,
+                "processing_time_estimate": estimate,
+                "created_at": now.isoformat(),
+                "updated_at": now.isoformat(),
+            }
+        )
+    )
+
 
 def payment_api_check_payment_status(env: Environment, args: BaseModel) -> dict[str, Any]:
-    raise ToolError("payment_api_check_payment_status: not implemented yet")
+    """Status of the booking's latest transaction by created_at text; the first one wins a tie."""
+    found = env.table(TRANSACTIONS).where(booking_reference=args.booking_reference)
+    if not found:
+        raise ToolError(f"No transactions found for booking: {args.booking_reference}")
+    latest = max(found, key=lambda t: t.created_at)
+    return {
+        "payment_status": latest.payment_status.value,
+        "transaction_id": latest.transaction_id,
+        "payment_method": latest.payment_method,
+    }
 
 
 def payment_api_generate_invoice(env: Environment, args: BaseModel) -> dict[str, Any]:
-    raise ToolError("payment_api_generate_invoice: not implemented yet")
+    """A document URL stamped with the frozen instant; nothing is stored and invoice_type is unused."""
+    _booking(env, args.booking_reference)
+    stamp = PAYMENT_NOW.strftime("%Y%m%d%H%M%S")
+    return {
+        "invoice_url": f"https://staybridge.com/invoices/{args.booking_reference}-{stamp}.pdf",
+        "invoice_id": f"INV-{args.booking_reference}-{stamp}",
+    }
 
 
 def payment_api_get_transaction_history(env: Environment, args: BaseModel) -> dict[str, Any]:
-    raise ToolError("payment_api_get_transaction_history: not implemented yet")
+    """Transactions matching every given (non-empty) filter, newest created_at text first, stable."""
+    if not args.customer_id and not args.booking_reference:
+        raise ToolError("Either customer_id or booking_reference must be provided")
+    rows = env.table(TRANSACTIONS).all()
+    if args.customer_id:
+        rows = [t for t in rows if t.customer_id == args.customer_id]
+    if args.booking_reference:
+        rows = [t for t in rows if t.booking_reference == args.booking_reference]
+    rows.sort(key=lambda t: t.created_at, reverse=True)
+    return {"transactions": [t.model_dump(mode="json", exclude_none=True) for t in rows]}
 
 
 def payment_api_process_charge(env: Environment, args: BaseModel) -> dict[str, Any]:
-    raise ToolError("payment_api_process_charge: not implemented yet")
+    """Append a successful charge TXN-{len+1:08d} for an existing booking; the amount must be positive."""
+    finite("charge_amount", args.charge_amount)
+    booking = _booking(env, args.booking_reference)
+    if Decimal(str(args.charge_amount)) <= 0:
+        raise ToolError("Invalid charge amount - must be greater than 0")
+    txn_id = f"TXN-{env.table(TRANSACTIONS).count() + 1:08d}"
+    _append_transaction(
+        env,
+        txn_id,
+        booking,
+        cents(args.charge_amount),
+        "charge",
+        "successful",
+        args.reason,
+        None,
+        PAYMENT_NOW,
+    )
+    return {"transaction_id": txn_id, "payment_status": "successful"}
 
 
 def payment_api_process_charge_dispute(env: Environment, args: BaseModel) -> dict[str, Any]:
-    raise ToolError("payment_api_process_charge_dispute: not implemented yet")
+    """Append a pending dispute DSP-{#disputes+1:08d} against an existing transaction; amount unchecked."""
+    finite("dispute_amount", args.dispute_amount)
+    table = env.table(TRANSACTIONS)
+    rows = table.all()
+    original = next((t for t in rows if t.transaction_id == args.transaction_id), None)
+    if original is None:
+        raise ToolError(f"Transaction not found: {args.transaction_id}")
+    disputes = sum(1 for t in rows if t.transaction_type.value == "dispute")
+    case_id = f"DSP-{disputes + 1:08d}"
+    _append_transaction(
+        env,
+        case_id,
+        original,
+        cents(args.dispute_amount),
+        "dispute",
+        "pending",
+        args.dispute_reason,
+        None,
+        DISPUTE_NOW,
+    )
+    return {"dispute_case_id": case_id, "dispute_status": "under_review"}
 
 
 def payment_api_process_refund(env: Environment, args: BaseModel) -> dict[str, Any]:
-    raise ToolError("payment_api_process_refund: not implemented yet")
+    """Append a successful refund TXN-{len+1:08d} for an existing booking; the amount is never checked."""
+    finite("refund_amount", args.refund_amount)
+    booking = _booking(env, args.booking_reference)
+    txn_id = f"TXN-{env.table(TRANSACTIONS).count() + 1:08d}"
+    _append_transaction(
+        env,
+        txn_id,
+        booking,
+        cents(args.refund_amount),
+        "refund",
+        "successful",
+        args.reason,
+        REFUND_ESTIMATE,
+        PAYMENT_NOW,
+    )
+    return {
+        "transaction_id": txn_id,
+        "refund_status": "successful",
+        "processing_time_estimate": REFUND_ESTIMATE,
+    }
 
 
 def payment_api_update_payment_method(env: Environment, args: BaseModel) -> dict[str, Any]:
-    raise ToolError("payment_api_update_payment_method: not implemented yet")
+    """Only checks that the customer has a booking and echoes the token's last 4; nothing is stored."""
+    if not env.table(BOOKINGS).where(customer_id=args.customer_id):
+        raise ToolError(f"Customer not found: {args.customer_id}")
+    token = args.new_payment_method
+    return {"success": True, "payment_method_last4": token[-4:] if len(token) >= 4 else "****"}
 
 
 TOOLS = {
@@ -48,4 +190,11 @@ TOOLS = {
     "payment_api_update_payment_method": payment_api_update_payment_method,
 }
 
-READ_ONLY: frozenset[str] = frozenset()
+READ_ONLY: frozenset[str] = frozenset(
+    {
+        "payment_api_check_payment_status",
+        "payment_api_generate_invoice",
+        "payment_api_get_transaction_history",
+        "payment_api_update_payment_method",
+    }
+)

@@ -21,12 +21,28 @@ CREATED_AT = "2025-10-01T13:00:05Z"
 TICKET_UPDATED_AT = "2025-10-01T13:00:10Z"
 UPDATED_AT = "2025-10-01T13:00:05Z"
 TICKET_COMMENT_BASE_ID = 23118465221916
+TICKETS = "tickets"
 TICKET_COMMENTS = "ticket_comments"
 
 TABLE_LIST = (
-    "activities", "articles", "groups", "group_memberships", "organizations", "requests",
-    "satisfaction_ratings", "sessions", "tags", "targets", "tickets", "ticket_audits", "ticket_comments",
-    "ticket_fields", "ticket_metrics", "triggers", "users", "views",
+    "activities",
+    "articles",
+    "groups",
+    "group_memberships",
+    "organizations",
+    "requests",
+    "satisfaction_ratings",
+    "sessions",
+    "tags",
+    "targets",
+    "tickets",
+    "ticket_audits",
+    "ticket_comments",
+    "ticket_fields",
+    "ticket_metrics",
+    "triggers",
+    "users",
+    "views",
 )
 """What get_tables lists: the ``table`` enum without the legacy ``comments``."""
 
@@ -83,6 +99,13 @@ def create_item(variant: ZendeskVariant, env: Environment, args: BaseModel) -> d
     # exclude_unset: fields the caller sent as null stay null (and fail where the row requires them).
     data = variant.prepare_item(name, args.item.model_dump(mode="json", exclude_unset=True))
     data["id"] = new_id
+    sent_tags = data.get("tags")
+    if name == TICKETS:
+        for key, default in variant.ticket_create_defaults.items():
+            if data.get(key) is None:
+                data[key] = default
+        if variant.ticket_tags is not None:
+            data["tags"] = variant.ticket_tags(data.get("tags") or [])
     for list_field in variant.list_fields.get(name, ()):
         if list_field in data and data[list_field] is None:
             data[list_field] = []
@@ -96,13 +119,33 @@ def create_item(variant: ZendeskVariant, env: Environment, args: BaseModel) -> d
     record = _validated(table, data, "create")
     table.create(record)
     created = record.model_dump(mode="json")
-    if variant.after_create is not None:
-        variant.after_create(env, name, created)
-    return {"item": created}
+    if name == TICKETS and variant.violations_table is not None and created["status"] != "open":
+        _log_status_violation(env.table(variant.violations_table), created)
+    return {"item": _shown(variant, name, created, sent_tags)}
+
+
+def _log_status_violation(violations: Table, ticket: dict[str, Any]) -> None:
+    """The auto/neobank/consulting copies record every ticket created in a status other than open."""
+    row = {
+        "id": f"VIOLATION-{violations.count() + 1}",
+        "ticket_id": ticket["id"],
+        "created_status": ticket["status"],
+        "created_at": CREATED_AT,
+    }
+    violations.create(violations.record(row))
+
+
+def _shown(variant: ZendeskVariant, name: str, item: dict[str, Any], sent_tags: Any) -> dict[str, Any]:
+    """The response item: the stored row, but with the tags as sent where the variant echoes them."""
+    if name == TICKETS and variant.echo_sent_tags and sent_tags is not None:
+        item["tags"] = sent_tags
+    return item
 
 
 def update_item(variant: ZendeskVariant, env: Environment, args: BaseModel) -> dict[str, Any]:
     """Partial update: nulls keep the stored value (retail: a null list field becomes ``[]``).
+
+    Sent ticket tags pass through the variant's ``ticket_tags`` before they are stored.
 
     ``item`` is a smart union of the per-table update inputs, so a dict that fits no ticket input
     (e.g. an invalid status) may validate as another table's input and update nothing but updated_at.
@@ -122,11 +165,14 @@ def update_item(variant: ZendeskVariant, env: Environment, args: BaseModel) -> d
             changes[key] = value
         elif key in clear_lists:
             changes[key] = []
+    sent_tags = sent.get("tags")
+    if name == TICKETS and variant.ticket_tags is not None and sent_tags is not None:
+        changes["tags"] = variant.ticket_tags(sent_tags)
     data = {**existing.model_dump(mode="json"), **changes}
-    data["updated_at"] = TICKET_UPDATED_AT if name == "tickets" else UPDATED_AT
+    data["updated_at"] = TICKET_UPDATED_AT if name == TICKETS else UPDATED_AT
     record = _validated(table, data, "update")
     table.save(record, key=args.id)
-    return {"item": record.model_dump(mode="json")}
+    return {"item": _shown(variant, name, record.model_dump(mode="json"), sent_tags)}
 
 
 def delete_item(variant: ZendeskVariant, env: Environment, args: BaseModel) -> dict[str, Any]:

@@ -13,11 +13,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from benchmark.envs.environment import Environment
-
 Comparator = Callable[[Any, Any], bool]
 ItemHook = Callable[[str, dict[str, Any]], dict[str, Any]]
-CreatedHook = Callable[[Environment, str, dict[str, Any]], None]
+TagsHook = Callable[[list[str]], list[str]]
 
 SUPPORTED_TABLES = ("tickets", "users", "organizations", "comments", "ticket_comments")
 """The ``table`` values the CRUD tools accept; every other enum value is refused as unsupported."""
@@ -61,8 +59,11 @@ class ZendeskVariant:
     ``comparators`` maps odata-query comparator class names to operators; an unlisted class keeps the
     row. ``list_fields`` are the per-table list fields where an explicit ``null`` becomes ``[]`` on
     create, and on update too when ``update_null_lists`` is set (retail); otherwise update ignores
-    every ``null``. ``prepare_item`` rewrites item data before create/update (tag normalisation,
-    custom-field defaults); ``after_create`` sees each created row (violation logs).
+    every ``null``. ``prepare_item`` rewrites the sent item data before create/update (input quirks
+    such as comma-separated lists). ``ticket_tags`` rewrites the stored ticket tags on every ticket
+    create and on updates that send tags; with ``echo_sent_tags`` the response still shows the tags as
+    sent. ``ticket_create_defaults`` fill ticket fields a create leaves missing or null. With
+    ``violations_table`` a ticket created with a status other than ``open`` is logged there.
     """
 
     name: str
@@ -74,7 +75,29 @@ class ZendeskVariant:
     )
     update_null_lists: bool = False
     prepare_item: ItemHook = _unchanged
-    after_create: CreatedHook | None = None
+    ticket_tags: TagsHook | None = None
+    echo_sent_tags: bool = False
+    ticket_create_defaults: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    violations_table: str | None = None
 
+
+BOOKING_IGNORED_TAGS = frozenset({"vip-customer", "repeat-issue", "hotel-partner-escalation"})
+"""Tags the booking copy never stores (compared case-insensitively)."""
+
+
+def booking_ticket_tags(tags: list[str]) -> list[str]:
+    """Drop the ignored tags and sort case-insensitively (ties by exact text); duplicates stay."""
+    kept = [t for t in tags if t.lower() not in BOOKING_IGNORED_TAGS]
+    return sorted(kept, key=lambda t: (t.lower(), t))
+
+
+VIOLATIONS_TABLE = "zendesk_ticket_status_violations"
 
 RETAIL = ZendeskVariant(name="retail", comparators=RETAIL_COMPARATORS, update_null_lists=True)
+BOOKING = ZendeskVariant(
+    name="booking",
+    ticket_tags=booking_ticket_tags,
+    echo_sent_tags=True,
+    ticket_create_defaults=MappingProxyType({"refund_amount": 0.0}),
+)
+AUTO = ZendeskVariant(name="auto", violations_table=VIOLATIONS_TABLE)

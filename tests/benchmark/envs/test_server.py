@@ -344,9 +344,9 @@ def test_cli_errors(ref: Reference, tmp_path: Path) -> None:
 # -- the session store in-process (no transport) ------------------------------------------------------
 
 
-async def test_sessions_reap_idle_and_cap(ref: Reference, database: Database) -> None:
+async def test_sessions_reap_idle_and_cap(ref: Reference, sqlite_db: Database) -> None:
     now = [0.0]
-    sessions = EnvSessions(load_domain(DOMAIN, ref.data.bundle), database, idle_timeout=60, max_sessions=2,
+    sessions = EnvSessions(load_domain(DOMAIN, ref.data.bundle), sqlite_db, idle_timeout=60, max_sessions=2,
                            clock=lambda: now[0])
     try:
         assert await sessions.init("a", ref.task.data_patch) == ref.init_hash
@@ -379,10 +379,10 @@ async def test_sessions_run_concurrently_in_isolation(ref: Reference, database: 
 
     try:
         async with anyio.create_task_group() as tg:
-            for i in range(6):
+            for i in range(4):
                 tg.start_soon(attempt, f"s{i}", i % 2 == 0)
     finally:
         sessions.close_all()
     assert hashes == {
-        f"s{i}": (ref.init_hash, w["hash_after"] if i % 2 == 0 else ref.init_hash) for i in range(6)
+        f"s{i}": (ref.init_hash, w["hash_after"] if i % 2 == 0 else ref.init_hash) for i in range(4)
     }

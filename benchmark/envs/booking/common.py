@@ -1,0 +1,43 @@
+"""Shared pieces of the booking tools: table names, frozen clocks, money and date handling.
+
+The reference booking tools keep dates as ISO strings and money as ``Decimal``; they parse dates with
+``datetime.fromisoformat`` after turning ``Z`` into ``+00:00`` and round money half-up to cents.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+BOOKINGS = "booking_api_bookings"
+GROUP_BOOKINGS = "booking_api_group_bookings"
+INVENTORY = "booking_api_hotel_inventory"
+HOTELS = "hotel_partner_api_hotels"
+CORPORATE_ACCOUNTS = "corporate_api_corporate_accounts"
+CUSTOMER_PROFILES = "crm_api_customer_profiles"
+TRANSACTIONS = "payment_api_transactions"
+TICKETS = "zendesk_tickets"
+
+MODIFY_TIME = "2025-11-25T10:00:00Z"
+"""The clock of modify / charge / refund / invoice (SPEC §3.3), as those tools write it."""
+
+ESCALATE_TIME = "2025-11-30T10:00:00Z"
+"""The clock of escalate_to_hotel / charge dispute (SPEC §3.3)."""
+
+CENTS = Decimal("0.01")
+
+
+def money(amount: Decimal) -> Decimal:
+    """Round to cents half-up, the reference's ``quantize(TWO_PLACES, ROUND_HALF_UP)``."""
+    return amount.quantize(CENTS, rounding=ROUND_HALF_UP)
+
+
+def parse_iso(text: str) -> dt.datetime:
+    """The reference's date parsing; raises ``ValueError`` with Python's own message."""
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def value(member: Any) -> Any:
+    """An enum member's value (records and inputs hold str-Enum members of different classes)."""
+    return getattr(member, "value", member)

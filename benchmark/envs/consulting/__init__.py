@@ -1,0 +1,28 @@
+"""sandbox_consulting (Meridian Strategy Group internal support): 30 tables, 27 tools.
+
+Tool names, schemas and descriptions come from tool_schemas.json; this package holds only behaviour.
+"""
+
+from __future__ import annotations
+
+from benchmark.envs import zendesk
+from benchmark.envs.environment import DomainDef
+from benchmark.envs.consulting import client_access, directory, services
+from benchmark.envs.search import make_search_tool
+from benchmark.envs.zendesk import RETAIL, zendesk_tools
+
+# TODO(zendesk variant): replace RETAIL by this domain's ZendeskVariant.
+_tools = {
+    **zendesk_tools(RETAIL),
+    **client_access.TOOLS,
+    **directory.TOOLS,
+    **services.TOOLS,
+    "knowledge_base_search_policy": make_search_tool("sandbox_consulting"),
+}
+
+DOMAIN = DomainDef(
+    name="sandbox_consulting",
+    tools=_tools,
+    read_only=zendesk.READ_ONLY | client_access.READ_ONLY | directory.READ_ONLY | services.READ_ONLY,
+    aliases=zendesk.INPUT_ALIASES,
+)
