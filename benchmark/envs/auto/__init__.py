@@ -6,8 +6,8 @@ Tool names, schemas and descriptions come from tool_schemas.json; this package h
 from __future__ import annotations
 
 from benchmark.envs import zendesk
-from benchmark.envs.environment import DomainDef
 from benchmark.envs.auto import billing, claims, crm, policy
+from benchmark.envs.environment import DomainDef
 from benchmark.envs.search import make_search_tool
 from benchmark.envs.zendesk import AUTO, zendesk_tools
 

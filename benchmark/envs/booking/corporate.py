@@ -66,10 +66,10 @@ def corporate_api_get_corporate_booking_history(env: Environment, args: BaseMode
 def corporate_api_verify_account_status(env: Environment, args: BaseModel) -> dict[str, Any]:
     """Active flag, expiry and booking_limit minus the account's confirmed bookings (floored at 0)."""
     account = _account(env, args.corporate_account_id)
-    confirmed = sum(
-        1
-        for b in env.table(BOOKINGS).where(corporate_account_id=account.corporate_account_id)
-        if b.booking_status.value == "confirmed"
+    confirmed = len(
+        env.table(BOOKINGS).where(
+            corporate_account_id=account.corporate_account_id, booking_status="confirmed"
+        )
     )
     rendered = account.model_dump(mode="json")
     return {

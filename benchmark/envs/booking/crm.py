@@ -43,6 +43,14 @@ def _profile(env: Environment, customer_id: str) -> BaseModel:
     return found[0]
 
 
+def _profile_by_email(env: Environment, email: str) -> BaseModel:
+    wanted = email.lower()
+    for profile in env.table(PROFILES).all():
+        if profile.email.lower() == wanted:
+            return profile
+    raise ToolError("Customer not found.")
+
+
 def crm_api_check_vip_status(env: Environment, args: BaseModel) -> dict[str, Any]:
     profile = _profile(env, _checked_id(args.customer_id))
     return {"vip_tier": profile.vip_tier.value, "loyalty_program_status": profile.loyalty_program_status}
@@ -57,13 +65,7 @@ def crm_api_get_customer_profile(env: Environment, args: BaseModel) -> dict[str,
     """By customer_id when given (non-empty), else by email compared case-insensitively."""
     if not args.customer_id and not args.email:
         raise ToolError("Invalid parameters: provide customer_id or email.")
-    if args.customer_id:
-        profile = _profile(env, args.customer_id)
-    else:
-        email = args.email.lower()
-        profile = next((p for p in env.table(PROFILES).all() if p.email.lower() == email), None)
-        if profile is None:
-            raise ToolError("Customer not found.")
+    profile = _profile(env, args.customer_id) if args.customer_id else _profile_by_email(env, args.email)
     return {"customer_data": profile.model_dump(mode="json", exclude_none=True)}
 
 

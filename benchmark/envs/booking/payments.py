@@ -36,14 +36,15 @@ def _booking(env: Environment, booking_reference: str) -> BaseModel:
 
 def _append_transaction(
     env: Environment,
-    txn_id: str,
     source: BaseModel,
-    amount: Any,
+    *,
+    txn_id: str,
+    amount: Decimal,
     kind: str,
     status: str,
     reason: str,
-    estimate: str | None,
     now: dt.datetime,
+    estimate: str | None = None,
 ) -> None:
     """Store a transaction row for the booking/customer of ``source`` (a booking or a transaction)."""
     table = env.table(TRANSACTIONS)
@@ -113,14 +114,13 @@ def payment_api_process_charge(env: Environment, args: BaseModel) -> dict[str, A
     txn_id = f"TXN-{env.table(TRANSACTIONS).count() + 1:08d}"
     _append_transaction(
         env,
-        txn_id,
         booking,
-        cents(args.charge_amount),
-        "charge",
-        "successful",
-        args.reason,
-        None,
-        PAYMENT_NOW,
+        txn_id=txn_id,
+        amount=cents(args.charge_amount),
+        kind="charge",
+        status="successful",
+        reason=args.reason,
+        now=PAYMENT_NOW,
     )
     return {"transaction_id": txn_id, "payment_status": "successful"}
 
@@ -133,18 +133,17 @@ def payment_api_process_charge_dispute(env: Environment, args: BaseModel) -> dic
     original = next((t for t in rows if t.transaction_id == args.transaction_id), None)
     if original is None:
         raise ToolError(f"Transaction not found: {args.transaction_id}")
-    disputes = sum(1 for t in rows if t.transaction_type.value == "dispute")
+    disputes = len(table.where(transaction_type="dispute"))
     case_id = f"DSP-{disputes + 1:08d}"
     _append_transaction(
         env,
-        case_id,
         original,
-        cents(args.dispute_amount),
-        "dispute",
-        "pending",
-        args.dispute_reason,
-        None,
-        DISPUTE_NOW,
+        txn_id=case_id,
+        amount=cents(args.dispute_amount),
+        kind="dispute",
+        status="pending",
+        reason=args.dispute_reason,
+        now=DISPUTE_NOW,
     )
     return {"dispute_case_id": case_id, "dispute_status": "under_review"}
 
@@ -156,14 +155,14 @@ def payment_api_process_refund(env: Environment, args: BaseModel) -> dict[str, A
     txn_id = f"TXN-{env.table(TRANSACTIONS).count() + 1:08d}"
     _append_transaction(
         env,
-        txn_id,
         booking,
-        cents(args.refund_amount),
-        "refund",
-        "successful",
-        args.reason,
-        REFUND_ESTIMATE,
-        PAYMENT_NOW,
+        txn_id=txn_id,
+        amount=cents(args.refund_amount),
+        kind="refund",
+        status="successful",
+        reason=args.reason,
+        now=PAYMENT_NOW,
+        estimate=REFUND_ESTIMATE,
     )
     return {
         "transaction_id": txn_id,

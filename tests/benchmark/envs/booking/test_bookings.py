@@ -152,10 +152,8 @@ def stay(hotel_id: str, check_in: str, check_out: str, board: str = "with_breakf
 
 
 def test_read_only_lists_exactly_the_tools_that_never_write(booking: Domain) -> None:
-    assert set(bookings.TOOLS) - {
-        "booking_api_modify_booking",
-        "booking_api_modify_group_booking",
-    } == bookings.READ_ONLY
+    writers = {"booking_api_modify_booking", "booking_api_modify_group_booking"}
+    assert set(bookings.TOOLS) - writers == bookings.READ_ONLY
     for name in bookings.TOOLS:
         assert booking.tools[name].writes == (name not in bookings.READ_ONLY)
 

@@ -1,0 +1,53 @@
+"""The transactional state a guarded session runs against.
+
+A :class:`Backend` gives the guard shadow transactions: savepoints around each write, row-level change
+sets computed by the backend (never reconstructed from what the agent says), read-only queries inside
+the transaction for checks, and commit/rollback. Implementations: :class:`guard.sql_backend.SqlBackend`
+(SQLAlchemy: SQLite, PostgreSQL), a remote participant speaking the transaction extension
+(docs/transaction-extension.md), and :class:`guard.journal.JournalBackend` for upstreams that cannot
+transact.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from guard.models import ChangeSet
+
+
+class BackendError(Exception):
+    """The backend could not do what was asked (the message says what and why)."""
+
+
+class NotReversibleError(BackendError):
+    """A rollback was asked of changes the backend cannot undo; nothing is claimed undone."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Shadow-transaction operations, in the order a session uses them."""
+
+    transactional: bool
+    """True when rollback really undoes writes; False for journals (see NotReversibleError)."""
+
+    def begin(self) -> None: ...
+
+    def savepoint(self) -> str:
+        """Open a savepoint; return its name for :meth:`rollback_to`, :meth:`release`, :meth:`changes`."""
+        ...
+
+    def rollback_to(self, savepoint: str) -> None: ...
+
+    def release(self, savepoint: str) -> None: ...
+
+    def changes(self, since: str | None = None) -> ChangeSet:
+        """Row changes since the savepoint was opened (or since :meth:`begin`), in order."""
+        ...
+
+    def query(self, sql: str) -> list[dict[str, Any]]:
+        """Run one read-only SELECT inside the transaction; anything else is refused."""
+        ...
+
+    def commit(self) -> None: ...
+
+    def rollback(self) -> None: ...

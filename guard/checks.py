@@ -1,0 +1,169 @@
+"""Executable end-state checks: SQL assertions and Python predicates over the shadow state.
+
+A check returns the violations it finds; no violations means pass. Phases:
+
+* ``before_call`` — sees the state the call is about to change and the call's arguments (SQL checks
+  bind them as ``:name`` parameters). A violation refuses the call before it runs.
+* ``after_call`` — sees the shadow state after the call and the call's change set; a violation rolls
+  the call back to its savepoint and the agent gets the violation.
+* ``at_commit`` — sees the final shadow state and the session's net change set; a violation refuses
+  the commit (the agent may fix things and commit again).
+
+A check that raises counts as a violation (fail closed) and is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from sqlglot import exp
+
+from guard.models import ChangeSet, PolicySource, ToolCall, Violation
+from guard.sqltext import parse_select, transpile, validate_against
+
+log = logging.getLogger(__name__)
+
+Phase = Literal["before_call", "after_call", "at_commit"]
+PHASES: tuple[Phase, ...] = ("before_call", "after_call", "at_commit")
+
+
+@dataclass
+class CheckContext:
+    """What a check may look at. ``query`` runs a read-only SELECT on the current shadow state."""
+
+    phase: Phase
+    query: Callable[[str, Mapping[str, Any]], list[dict[str, Any]]]
+    changes: ChangeSet = field(default_factory=ChangeSet)
+    call: ToolCall | None = None
+
+
+class Check(Protocol):
+    id: str
+    phase: Phase
+
+    def applies_to(self, tool: str | None) -> bool: ...
+
+    def run(self, ctx: CheckContext) -> list[Violation]: ...
+
+
+@dataclass
+class RuleText:
+    """The human side of a rule: what is wrong, what to do, which policy text says so."""
+
+    message: str
+    hint: str | None = None
+    source: PolicySource | None = None
+
+
+@dataclass
+class SqlCheck:
+    """A SELECT that returns the violating rows; validated and transpiled once, when the pack loads."""
+
+    id: str
+    phase: Phase
+    sql: str
+    text: RuleText
+    tools: frozenset[str] | None = None
+    dialect_sql: dict[str, str] = field(default_factory=dict)
+    parameters: tuple[str, ...] = ()
+
+    @classmethod
+    def compile(
+        cls,
+        id: str,
+        phase: Phase,
+        sql: str,
+        text: RuleText,
+        *,
+        tools: Iterable[str] | None = None,
+        schema: Mapping[str, Sequence[str]] | None = None,
+        dialects: Sequence[str] = ("sqlite", "postgresql"),
+    ) -> SqlCheck:
+        tree = parse_select(sql)
+        if schema is not None:
+            validate_against(tree, schema)
+        parameters = tuple(sorted({p.name for p in tree.find_all(exp.Placeholder) if p.name}))
+        return cls(
+            id=id,
+            phase=phase,
+            sql=sql,
+            text=text,
+            tools=frozenset(tools) if tools is not None else None,
+            dialect_sql={d: transpile(tree, d) for d in dialects},
+            parameters=parameters,
+        )
+
+    def applies_to(self, tool: str | None) -> bool:
+        return self.tools is None or tool is None or tool in self.tools
+
+    def run(self, ctx: CheckContext) -> list[Violation]:
+        arguments = ctx.call.arguments if ctx.call is not None else {}
+        params = {name: arguments.get(name) for name in self.parameters}
+        rows = ctx.query(self.sql, params)
+        if not rows:
+            return []
+        return [
+            Violation(
+                rule_id=self.id, message=self.text.message, hint=self.text.hint, source=self.text.source, rows=rows
+            )
+        ]
+
+
+PythonPredicate = Callable[[CheckContext], Iterable[Violation | Mapping[str, Any] | str] | None]
+
+
+@dataclass
+class PythonCheck:
+    """A Python function for what SQL cannot say. It returns violations, row dicts or messages."""
+
+    id: str
+    phase: Phase
+    function: PythonPredicate
+    text: RuleText
+    tools: frozenset[str] | None = None
+
+    def applies_to(self, tool: str | None) -> bool:
+        return self.tools is None or tool is None or tool in self.tools
+
+    def run(self, ctx: CheckContext) -> list[Violation]:
+        out: list[Violation] = []
+        rows: list[dict[str, Any]] = []
+        for item in self.function(ctx) or ():
+            if isinstance(item, Violation):
+                out.append(item)
+            elif isinstance(item, str):
+                out.append(Violation(rule_id=self.id, message=item, hint=self.text.hint, source=self.text.source))
+            else:
+                rows.append(dict(item))
+        if rows:
+            out.append(
+                Violation(
+                    rule_id=self.id, message=self.text.message, hint=self.text.hint, source=self.text.source, rows=rows
+                )
+            )
+        return out
+
+
+def run_checks(checks: Iterable[Check], ctx: CheckContext) -> list[Violation]:
+    """Run every applicable check of ``ctx.phase``; a check that raises is a violation (fail closed)."""
+    tool = ctx.call.tool if ctx.call is not None else None
+    violations: list[Violation] = []
+    for check in checks:
+        if check.phase != ctx.phase or not check.applies_to(tool):
+            continue
+        try:
+            violations.extend(check.run(ctx))
+        except Exception as exc:  # fail closed: a broken check must not let a write through
+            log.exception("check %s failed", check.id)
+            violations.append(
+                Violation(
+                    rule_id=check.id,
+                    message=f"check {check.id} could not be evaluated ({type(exc).__name__}: {exc}); "
+                    "the change is refused until it can be",
+                    hint="This is a guard configuration problem; report it to the operator.",
+                )
+            )
+    return violations

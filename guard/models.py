@@ -1,0 +1,161 @@
+"""The guard's contract: calls, outcomes, row-level change sets, violations, verdicts.
+
+These pydantic models are the audit record of a guarded session; everything else in ``guard`` and
+``proxy`` is built on them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class EffectClass(StrEnum):
+    """What a tool call may do to the world, decided before the call runs."""
+
+    READ = "read"
+    WRITE = "write"  # reversible: the guard can roll it back
+    IRREVERSIBLE = "irreversible"  # money moved, access granted, something sent or deleted
+
+
+class Verdict(StrEnum):
+    """What the guard did with one call."""
+
+    ALLOWED = "allowed"  # ran; its changes (if any) are kept in the shadow transaction
+    ROLLED_BACK = "rolled_back"  # ran in a savepoint, violated a rule, was rolled back
+    REFUSED = "refused"  # never ran: not allowed, hidden or invalid
+    HELD = "held"  # rehearsed and rolled back; waits for a human decision
+    FAILED = "failed"  # ran and failed (tool or system error); nothing of it is kept
+
+
+Op = Literal["insert", "update", "delete"]
+
+
+class RowChange(BaseModel):
+    """One row's side effect. ``before``/``after`` are full row images (None for insert/delete)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    table: str
+    key: str
+    op: Op
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+
+
+class ChangeSet(BaseModel):
+    """Row-level side effects in the order they happened."""
+
+    changes: list[RowChange] = Field(default_factory=list)
+
+    def __iter__(self) -> Iterator[RowChange]:  # type: ignore[override]
+        return iter(self.changes)
+
+    def __len__(self) -> int:
+        return len(self.changes)
+
+    def __bool__(self) -> bool:
+        return bool(self.changes)
+
+    @property
+    def tables(self) -> set[str]:
+        return {c.table for c in self.changes}
+
+    def extend(self, other: Iterable[RowChange]) -> ChangeSet:
+        return ChangeSet(changes=[*self.changes, *other])
+
+    def net(self) -> ChangeSet:
+        """Collapse successive changes of the same row into one (insert+update = insert, ...).
+
+        A row inserted and then deleted disappears; an update that ends where it began disappears.
+        Order follows each row's first change.
+        """
+        merged: dict[tuple[str, str], RowChange | None] = {}
+        for change in self.changes:
+            ident = (change.table, change.key)
+            if ident not in merged:
+                merged[ident] = change
+                continue
+            first = merged[ident]
+            before = first.before if first is not None else None
+            existed_before = first is not None and first.op != "insert"
+            if first is None:
+                # an earlier insert+delete cancelled out; this change starts afresh
+                merged[ident] = change
+                continue
+            if change.op == "delete":
+                merged[ident] = (
+                    RowChange(table=change.table, key=change.key, op="delete", before=before) if existed_before else None
+                )
+            elif existed_before:
+                merged[ident] = RowChange(table=change.table, key=change.key, op="update", before=before, after=change.after)
+            else:
+                merged[ident] = RowChange(table=change.table, key=change.key, op="insert", after=change.after)
+        out = []
+        for c in merged.values():
+            if c is None or (c.op == "update" and c.before == c.after):
+                continue
+            out.append(c)
+        return ChangeSet(changes=out)
+
+    def by_table(self) -> dict[str, list[RowChange]]:
+        grouped: dict[str, list[RowChange]] = {}
+        for c in self.changes:
+            grouped.setdefault(c.table, []).append(c)
+        return grouped
+
+
+class PolicySource(BaseModel):
+    """The policy text a rule enforces: where it is and what it says."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ref: str
+    quote: str | None = None
+
+
+class Violation(BaseModel):
+    """A rule that a call or a commit broke, with what the agent can do about it."""
+
+    rule_id: str
+    message: str
+    hint: str | None = None
+    source: PolicySource | None = None
+    rows: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ToolCall(BaseModel):
+    """One call as the agent sent it."""
+
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    session_id: str | None = None
+    principal: str | None = None
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolOutcome(BaseModel):
+    """What happened to one call: the audit record."""
+
+    call: ToolCall
+    effect: EffectClass
+    verdict: Verdict
+    result: str | None = None
+    error_class: str | None = None
+    changes: ChangeSet = Field(default_factory=ChangeSet)
+    violations: list[Violation] = Field(default_factory=list)
+    retries: int = 0
+    duration_ms: float = 0.0
+
+
+class CommitOutcome(BaseModel):
+    """The result of asking to commit a session."""
+
+    committed: bool
+    violations: list[Violation] = Field(default_factory=list)
+    changes: ChangeSet = Field(default_factory=ChangeSet)
+

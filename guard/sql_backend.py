@@ -1,0 +1,255 @@
+"""SqlBackend: shadow transactions on SQLAlchemy (SQLite, PostgreSQL) with trigger-captured changes.
+
+Row changes are captured by the database itself: an AFTER INSERT/UPDATE/DELETE row trigger on every
+watched table appends the before/after row images to a change log inside the same transaction. A
+savepoint rollback therefore removes the changes it undid, and :meth:`changes` is exact whatever code
+wrote the rows (the tool's ORM, raw SQL, cascades).
+
+* SQLite: TEMP triggers and a TEMP log table, private to the connection.
+* PostgreSQL: one PL/pgSQL capture function and a trigger per table, created inside the session's
+  transaction; :meth:`commit` drops them before committing, :meth:`rollback` discards them. DDL takes
+  table locks until the transaction ends, so this suits per-session schemas (the benchmark) and
+  low-concurrency upstreams; a shared production database should install the triggers once instead
+  (see docs/transaction-extension.md).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from guard.backend import BackendError
+from guard.models import ChangeSet, RowChange
+from guard.sqltext import parse_select, transpile
+
+LOG = "_sg_changes"
+KeyFn = Callable[[Mapping[str, Any]], str]
+
+
+def _primary_key(table: sa.Table) -> KeyFn:
+    names = [c.name for c in table.primary_key.columns]
+    if not names:
+        raise BackendError(f"table {table.name} has no primary key; pass a key function")
+    return lambda row: ":".join(str(row.get(n)) for n in names)
+
+
+class SqlBackend:
+    """Shadow transaction on one SQLAlchemy connection.
+
+    ``tables`` are the watched tables. ``keys`` maps a table name to the function giving a row's key
+    (default: its primary key columns). ``hidden`` columns are bookkeeping, left out of row images.
+    If the connection is already inside a transaction (e.g. a benchmark environment), the session
+    runs in a savepoint of it and :meth:`commit` releases that savepoint.
+    """
+
+    transactional = True
+
+    def __init__(
+        self,
+        connection: sa.Connection,
+        tables: Sequence[sa.Table],
+        *,
+        keys: Mapping[str, KeyFn] | None = None,
+        hidden: Collection[str] = (),
+    ) -> None:
+        self.connection = connection
+        self.tables = {t.name: t for t in tables}
+        self.keys = {name: (keys or {}).get(name) or _primary_key(t) for name, t in self.tables.items()}
+        self.hidden = frozenset(hidden)
+        self.dialect = connection.dialect.name
+        self._outer: sa.Transaction | None = None
+        self._session: sa.NestedTransaction | None = None
+        self._savepoints: dict[str, tuple[sa.NestedTransaction, int]] = {}
+        self._names = itertools.count(1)
+        self._begin_mark = 0
+        self._float_columns = {
+            name: {c.name for c in t.columns if isinstance(c.type, sa.Float | sa.Double)} for name, t in self.tables.items()
+        }
+        self._bool_columns = {
+            name: {c.name for c in t.columns if isinstance(c.type, sa.Boolean)} for name, t in self.tables.items()
+        }
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def begin(self) -> None:
+        if self._session is not None:
+            raise BackendError("session already begun")
+        if not self.connection.in_transaction():
+            self._outer = self.connection.begin()
+        self._install()
+        self._session = self.connection.begin_nested()
+        self._begin_mark = self._mark()
+
+    def _require(self) -> None:
+        if self._session is None:
+            raise BackendError("no session: call begin() first")
+
+    def commit(self) -> None:
+        self._require()
+        assert self._session is not None
+        self._session.commit()
+        self._session = None
+        self._savepoints.clear()
+        self._uninstall()
+        if self._outer is not None:
+            self._outer.commit()
+            self._outer = None
+
+    def rollback(self) -> None:
+        self._require()
+        assert self._session is not None
+        self._session.rollback()
+        self._session = None
+        self._savepoints.clear()
+        self._uninstall()
+        if self._outer is not None:
+            self._outer.rollback()
+            self._outer = None
+
+    # -- savepoints -----------------------------------------------------------------------------
+    def savepoint(self) -> str:
+        self._require()
+        name = f"sp{next(self._names)}"
+        self._savepoints[name] = (self.connection.begin_nested(), self._mark())
+        return name
+
+    def _pop(self, savepoint: str) -> sa.NestedTransaction:
+        try:
+            nested, _ = self._savepoints.pop(savepoint)
+        except KeyError:
+            raise BackendError(f"unknown or closed savepoint {savepoint!r}") from None
+        # savepoints nest: closing one closes those opened after it
+        for later in [n for n in self._savepoints if int(n[2:]) > int(savepoint[2:])]:
+            del self._savepoints[later]
+        return nested
+
+    def rollback_to(self, savepoint: str) -> None:
+        self._pop(savepoint).rollback()
+
+    def release(self, savepoint: str) -> None:
+        self._pop(savepoint).commit()
+
+    # -- changes --------------------------------------------------------------------------------
+    def _mark(self) -> int:
+        value = self.connection.execute(sa.text(f"SELECT COALESCE(MAX(id), 0) FROM {LOG}")).scalar_one()
+        return int(value)
+
+    def changes(self, since: str | None = None) -> ChangeSet:
+        self._require()
+        if since is None:
+            mark = self._begin_mark
+        else:
+            if since not in self._savepoints:
+                raise BackendError(f"unknown or closed savepoint {since!r}")
+            mark = self._savepoints[since][1]
+        rows = self.connection.execute(
+            sa.text(f"SELECT tbl, op, before, after FROM {LOG} WHERE id > :mark ORDER BY id"), {"mark": mark}
+        )
+        out = []
+        for table, op, before, after in rows:
+            before_row = self._image(table, before)
+            after_row = self._image(table, after)
+            key_fn = self.keys[table]
+            key = key_fn(after_row if after_row is not None else before_row or {})
+            out.append(RowChange(table=table, key=key, op=op.lower(), before=before_row, after=after_row))
+        return ChangeSet(changes=out)
+
+    def _image(self, table: str, raw: Any) -> dict[str, Any] | None:
+        if raw is None:
+            return None
+        data = json.loads(raw) if isinstance(raw, str) else dict(raw)
+        row: dict[str, Any] = {}
+        floats, bools = self._float_columns[table], self._bool_columns[table]
+        for column in self.tables[table].columns:
+            name = column.name
+            if name in self.hidden or name not in data:
+                continue
+            value = data[name]
+            if value is not None and name in floats:
+                value = float(value)
+            elif value is not None and name in bools:
+                value = bool(value)
+            row[name] = value
+        return row
+
+    # -- queries --------------------------------------------------------------------------------
+    def query(self, sql: str) -> list[dict[str, Any]]:
+        """One read-only SELECT, run inside the session in a savepoint that is always rolled back."""
+        self._require()
+        text = transpile(parse_select(sql, None), self.dialect)
+        nested = self.connection.begin_nested()
+        try:
+            result = self.connection.execute(sa.text(text))
+            return [dict(r._mapping) for r in result]
+        finally:
+            nested.rollback()
+
+    # -- triggers -------------------------------------------------------------------------------
+    def _install(self) -> None:
+        if self.dialect == "sqlite":
+            self._install_sqlite()
+        elif self.dialect == "postgresql":
+            self._install_postgresql()
+        else:
+            raise BackendError(f"SqlBackend does not support the {self.dialect} dialect")
+
+    def _uninstall(self) -> None:
+        if self.dialect == "sqlite":
+            for name in self.tables:
+                for op in ("insert", "update", "delete"):
+                    self.connection.exec_driver_sql(f'DROP TRIGGER IF EXISTS "sg_{op}_{name}"')
+            self.connection.exec_driver_sql(f"DROP TABLE IF EXISTS temp.{LOG}")
+        else:
+            if self.connection.in_transaction() and self.connection.get_transaction() is not None:
+                for name in self.tables:
+                    self.connection.exec_driver_sql(f'DROP TRIGGER IF EXISTS "sg_capture" ON "{name}"')
+                self.connection.exec_driver_sql(f"DROP TABLE IF EXISTS {LOG}")
+
+    def _install_sqlite(self) -> None:
+        run = self.connection.exec_driver_sql
+        run(
+            f"CREATE TEMP TABLE IF NOT EXISTS {LOG} "
+            "(id INTEGER PRIMARY KEY AUTOINCREMENT, tbl TEXT NOT NULL, op TEXT NOT NULL, before TEXT, after TEXT)"
+        )
+        for name, table in self.tables.items():
+
+            def image(alias: str, table: sa.Table = table) -> str:
+                parts = []
+                for c in table.columns:
+                    value = f'{alias}."{c.name}"'
+                    if isinstance(c.type, sa.JSON):
+                        value = f"json({value})"
+                    parts.append(f"'{c.name}', {value}")
+                return f"json_object({', '.join(parts)})"
+
+            for op, before, after in (
+                ("insert", "NULL", image("NEW")),
+                ("update", image("OLD"), image("NEW")),
+                ("delete", image("OLD"), "NULL"),
+            ):
+                run(
+                    f'CREATE TEMP TRIGGER IF NOT EXISTS "sg_{op}_{name}" AFTER {op.upper()} ON main."{name}" '
+                    f"BEGIN INSERT INTO {LOG} (tbl, op, before, after) VALUES ('{name}', '{op}', {before}, {after}); END"
+                )
+
+    def _install_postgresql(self) -> None:
+        run = self.connection.exec_driver_sql
+        run(
+            f"CREATE TABLE IF NOT EXISTS {LOG} "
+            "(id BIGSERIAL PRIMARY KEY, tbl TEXT NOT NULL, op TEXT NOT NULL, before JSONB, after JSONB)"
+        )
+        run(
+            "CREATE OR REPLACE FUNCTION sg_capture() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"INSERT INTO {LOG} (tbl, op, before, after) VALUES (TG_TABLE_NAME, lower(TG_OP), "
+            "CASE WHEN TG_OP = 'INSERT' THEN NULL ELSE to_jsonb(OLD) END, "
+            "CASE WHEN TG_OP = 'DELETE' THEN NULL ELSE to_jsonb(NEW) END); "
+            "RETURN NULL; END $$"
+        )
+        for name in self.tables:
+            run(
+                f'CREATE TRIGGER "sg_capture" AFTER INSERT OR UPDATE OR DELETE ON "{name}" '
+                "FOR EACH ROW EXECUTE FUNCTION sg_capture()"
+            )
