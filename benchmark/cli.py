@@ -167,3 +167,64 @@ def perf(
     console.print(f"reference (data README): init ≈ {REFERENCE_INIT_MS} ms, grading step ≈ {lo}–{hi} ms per task")
     total = sum(r.total_ms * r.tasks for r in results) / max(sum(r.tasks for r in results), 1)
     print(f"perf: {total:.2f} ms/task, {1000 / total:.0f} tasks/s, {total / ((lo + hi) / 2):.2f}x reference")
+
+
+@bench_app.command("replay")
+def replay_command(
+    through: Annotated[str, typer.Option("--through", help="guard: through a GuardSession; off: straight to the tools.")],
+    domain: DomainOpt = None,
+    data: DataOpt = None,
+    db: DbOpt = None,
+    policy: Annotated[str | None, typer.Option("--policy", help="Policy pack YAML (default: empty pack).")] = None,
+    show: Annotated[int, typer.Option(help="Tasks with problems to list.")] = 10,
+) -> None:
+    """Replay every task's golden calls and commit; count tasks that end in the reference golden state."""
+    from benchmark.replay import replay
+    from guard.policy import EMPTY, PolicyError, load_policy
+
+    console = Console()
+    if through not in ("guard", "off"):
+        raise typer.BadParameter("use guard or off", param_hint="--through")
+    domains = _domains(domain)
+    try:
+        bench = resolve_data(data)
+        database = Database(db)
+        grouped = select_tasks(bench, domains)
+        packs = {d: EMPTY for d in domains}
+        if policy is not None:
+            from benchmark.envs import load_domain
+
+            for d in domains:
+                dom = load_domain(d, bench.bundle)
+                schema = {name: list(spec.field_names) for name, spec in dom.tables.items()}
+                packs[d] = load_policy(policy, schema=schema, tools=list(dom.tools))
+    except (EnvError, ValueError, PolicyError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    totals = {"n": 0, "golden": 0, "rolled": 0, "violations": 0}
+    problems = []
+    table = RichTable(title=f"golden replay through {through} ({database.dialect})")
+    for col in ("domain", "tasks", "committed-golden", "rolled-back", "violations", "delta = golden_delta"):
+        table.add_column(col)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        for d, ts in grouped.items():
+            bar = progress.add_task(d, total=len(ts))
+            result = replay(bench, database, d, ts, through, packs[d], on_task=lambda _r, b=bar: progress.advance(b))
+            deltas = [t.delta_matches for t in result.tasks if t.delta_matches is not None]
+            table.add_row(d, str(len(ts)), f"{result.committed_golden}/{len(ts)}", str(result.rolled_back),
+                          str(result.violations), f"{sum(deltas)}/{len(deltas)}" if deltas else "-")
+            totals["n"] += len(ts)
+            totals["golden"] += result.committed_golden
+            totals["rolled"] += sum(1 for t in result.tasks if t.rolled_back or not t.committed)
+            totals["violations"] += result.violations
+            problems += [t for t in result.tasks if t.messages or not t.golden]
+    database.dispose()
+    console.print(table)
+    for t in problems[:show]:
+        console.print(f"{t.task_id}: committed={t.committed} golden={t.golden}", highlight=False)
+        for m in t.messages[:5]:
+            console.print(f"    {m}", markup=False, highlight=False)
+    n = totals["n"]
+    print(f"replay: committed-golden {totals['golden']}/{n} rolled-back {totals['rolled']}/{n} "
+          f"violations {totals['violations']}")

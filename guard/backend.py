@@ -10,6 +10,7 @@ transact.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from guard.models import ChangeSet
@@ -44,8 +45,8 @@ class Backend(Protocol):
         """Row changes since the savepoint was opened (or since :meth:`begin`), in order."""
         ...
 
-    def query(self, sql: str) -> list[dict[str, Any]]:
-        """Run one read-only SELECT inside the transaction; anything else is refused."""
+    def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Run one read-only SELECT (``:name`` parameters) inside the transaction; anything else is refused."""
         ...
 
     def commit(self) -> None: ...

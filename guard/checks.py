@@ -107,7 +107,11 @@ class SqlCheck:
             return []
         return [
             Violation(
-                rule_id=self.id, message=self.text.message, hint=self.text.hint, source=self.text.source, rows=rows
+                rule_id=self.id,
+                message=self.text.message,
+                hint=self.text.hint,
+                source=self.text.source,
+                rows=rows,
             )
         ]
 
@@ -135,13 +139,19 @@ class PythonCheck:
             if isinstance(item, Violation):
                 out.append(item)
             elif isinstance(item, str):
-                out.append(Violation(rule_id=self.id, message=item, hint=self.text.hint, source=self.text.source))
+                out.append(
+                    Violation(rule_id=self.id, message=item, hint=self.text.hint, source=self.text.source)
+                )
             else:
                 rows.append(dict(item))
         if rows:
             out.append(
                 Violation(
-                    rule_id=self.id, message=self.text.message, hint=self.text.hint, source=self.text.source, rows=rows
+                    rule_id=self.id,
+                    message=self.text.message,
+                    hint=self.text.hint,
+                    source=self.text.source,
+                    rows=rows,
                 )
             )
         return out

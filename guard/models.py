@@ -89,10 +89,14 @@ class ChangeSet(BaseModel):
                 continue
             if change.op == "delete":
                 merged[ident] = (
-                    RowChange(table=change.table, key=change.key, op="delete", before=before) if existed_before else None
+                    RowChange(table=change.table, key=change.key, op="delete", before=before)
+                    if existed_before
+                    else None
                 )
             elif existed_before:
-                merged[ident] = RowChange(table=change.table, key=change.key, op="update", before=before, after=change.after)
+                merged[ident] = RowChange(
+                    table=change.table, key=change.key, op="update", before=before, after=change.after
+                )
             else:
                 merged[ident] = RowChange(table=change.table, key=change.key, op="insert", after=change.after)
         out = []
@@ -158,4 +162,3 @@ class CommitOutcome(BaseModel):
     committed: bool
     violations: list[Violation] = Field(default_factory=list)
     changes: ChangeSet = Field(default_factory=ChangeSet)
-

@@ -15,12 +15,14 @@ wrote the rows (the tool's ORM, raw SQL, cascades).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sqlglot import exp
 
 from guard.backend import BackendError
 from guard.models import ChangeSet, RowChange
@@ -28,6 +30,24 @@ from guard.sqltext import parse_select, transpile
 
 LOG = "_sg_changes"
 KeyFn = Callable[[Mapping[str, Any]], str]
+
+
+@functools.lru_cache(maxsize=1024)
+def _prepared(sql: str, dialect: str) -> str:
+    """Validated (single read-only SELECT) and transpiled to the driver's own parameter style.
+
+    psycopg reads ``%`` as a parameter marker, so literal percent signs are doubled for PostgreSQL.
+    """
+    tree = parse_select(sql, None)
+    if dialect == "postgresql":
+        tree = tree.transform(
+            lambda n: (
+                exp.Literal.string(n.this.replace("%", "%%"))
+                if isinstance(n, exp.Literal) and n.is_string
+                else n
+            )
+        )
+    return transpile(tree, dialect)
 
 
 def _primary_key(table: sa.Table) -> KeyFn:
@@ -67,10 +87,12 @@ class SqlBackend:
         self._names = itertools.count(1)
         self._begin_mark = 0
         self._float_columns = {
-            name: {c.name for c in t.columns if isinstance(c.type, sa.Float | sa.Double)} for name, t in self.tables.items()
+            name: {c.name for c in t.columns if isinstance(c.type, sa.Float | sa.Double)}
+            for name, t in self.tables.items()
         }
         self._bool_columns = {
-            name: {c.name for c in t.columns if isinstance(c.type, sa.Boolean)} for name, t in self.tables.items()
+            name: {c.name for c in t.columns if isinstance(c.type, sa.Boolean)}
+            for name, t in self.tables.items()
         }
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -176,14 +198,15 @@ class SqlBackend:
         return row
 
     # -- queries --------------------------------------------------------------------------------
-    def query(self, sql: str) -> list[dict[str, Any]]:
-        """One read-only SELECT, run inside the session in a savepoint that is always rolled back."""
+    def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """One read-only SELECT (``:name`` parameters), run in a savepoint that is always rolled back."""
         self._require()
-        text = transpile(parse_select(sql, None), self.dialect)
+        text = _prepared(sql, self.dialect)
         nested = self.connection.begin_nested()
         try:
-            result = self.connection.execute(sa.text(text))
-            return [dict(r._mapping) for r in result]
+            result = self.connection.exec_driver_sql(text, dict(params or {}))
+            columns = [d[0] for d in result.cursor.description or ()] if result.cursor else []
+            return [dict(zip(columns, r, strict=True)) for r in result.fetchall()]
         finally:
             nested.rollback()
 

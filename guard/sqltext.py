@@ -15,7 +15,16 @@ from sqlglot.errors import ParseError
 from guard.models import EffectClass
 
 _READ_ROOTS = (exp.Select, exp.Union, exp.Intersect, exp.Except)
-_WRITE_NODES = (exp.Insert, exp.Update, exp.Delete, exp.Merge, exp.Create, exp.Drop, exp.Alter, exp.TruncateTable)
+_WRITE_NODES = (
+    exp.Insert,
+    exp.Update,
+    exp.Delete,
+    exp.Merge,
+    exp.Create,
+    exp.Drop,
+    exp.Alter,
+    exp.TruncateTable,
+)
 
 DIALECTS = {"sqlite": "sqlite", "postgresql": "postgres", "postgres": "postgres"}
 

@@ -6,14 +6,13 @@ Tool names, schemas and descriptions come from tool_schemas.json; this package h
 from __future__ import annotations
 
 from benchmark.envs import zendesk
-from benchmark.envs.environment import DomainDef
 from benchmark.envs.consulting import client_access, directory, services
+from benchmark.envs.environment import DomainDef
 from benchmark.envs.search import make_search_tool
-from benchmark.envs.zendesk import RETAIL, zendesk_tools
+from benchmark.envs.zendesk import CONSULTING, zendesk_tools
 
-# TODO(zendesk variant): replace RETAIL by this domain's ZendeskVariant.
 _tools = {
-    **zendesk_tools(RETAIL),
+    **zendesk_tools(CONSULTING),
     **client_access.TOOLS,
     **directory.TOOLS,
     **services.TOOLS,

@@ -183,7 +183,10 @@ def approval_get_status(env: Environment, args: BaseModel) -> dict[str, Any]:
         return {"results": [{k: v for k, v in placeholder.items() if v is not None}]}
     results = []
     for m in matches:
-        item = {"approval_id": m.id, **_pick(m, ("status", "request_type", "approver_email", "engagement_code"))}
+        item = {
+            "approval_id": m.id,
+            **_pick(m, ("status", "request_type", "approver_email", "engagement_code")),
+        }
         results.append(item)
     return {"results": results}
 

@@ -327,9 +327,7 @@ def _check_enrollment(env: Environment, args: BaseModel) -> dict[str, Any]:
     if course.max_seats is None:
         return {"available_seats": UNLIMITED}
     active = sum(
-        1
-        for e in env.table(ENROLLMENTS).all()
-        if e.course_id == args.course_id and e.completion_date is None
+        1 for e in env.table(ENROLLMENTS).all() if e.course_id == args.course_id and e.completion_date is None
     )
     return {"available_seats": course.max_seats - active}
 

@@ -9,11 +9,10 @@ from benchmark.envs import zendesk
 from benchmark.envs.environment import DomainDef
 from benchmark.envs.neobank import approvals, assets, identity
 from benchmark.envs.search import make_search_tool
-from benchmark.envs.zendesk import RETAIL, zendesk_tools
+from benchmark.envs.zendesk import NEOBANK, zendesk_tools
 
-# TODO(zendesk variant): replace RETAIL by this domain's ZendeskVariant.
 _tools = {
-    **zendesk_tools(RETAIL),
+    **zendesk_tools(NEOBANK),
     **approvals.TOOLS,
     **assets.TOOLS,
     **identity.TOOLS,

@@ -1,4 +1,4 @@
-"""Identity and access tools: Okta groups/apps, Okta security actions, Workday directory, incident verification.
+"""Identity and access tools: Okta groups and apps, Okta security actions, Workday, incidents.
 
 Employees are found by exact e-mail (first match). Grants and memberships are never deleted, only
 flagged inactive, so "active" always means ``is_active`` on the first matching row.
@@ -39,11 +39,7 @@ def _employee(env: Environment, email: str, message: str = "Employee not found")
 
 
 def _active_access(env: Environment, employee_id: str, app_name: str) -> list[BaseModel]:
-    return [
-        a
-        for a in env.table(OKTA_APPS).where(employee_id=employee_id, app_name=app_name)
-        if a.is_active
-    ]
+    return [a for a in env.table(OKTA_APPS).where(employee_id=employee_id, app_name=app_name) if a.is_active]
 
 
 def okta_api_add_to_group(env: Environment, args: BaseModel) -> dict[str, Any]:

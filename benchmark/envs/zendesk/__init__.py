@@ -9,9 +9,19 @@ from functools import partial
 
 from benchmark.envs.tools import ToolFn
 from benchmark.envs.zendesk import articles, crud
-from benchmark.envs.zendesk.variant import AUTO, BOOKING, RETAIL, ZendeskVariant
+from benchmark.envs.zendesk.variant import AUTO, BOOKING, CONSULTING, NEOBANK, RETAIL, ZendeskVariant
 
-__all__ = ["AUTO", "BOOKING", "INPUT_ALIASES", "READ_ONLY", "RETAIL", "ZendeskVariant", "zendesk_tools"]
+__all__ = [
+    "AUTO",
+    "BOOKING",
+    "CONSULTING",
+    "INPUT_ALIASES",
+    "NEOBANK",
+    "READ_ONLY",
+    "RETAIL",
+    "ZendeskVariant",
+    "zendesk_tools",
+]
 
 INPUT_ALIASES: dict[str, tuple[str, ...]] = {
     "$filter": ("filter",),

@@ -101,3 +101,40 @@ BOOKING = ZendeskVariant(
     ticket_create_defaults=MappingProxyType({"refund_amount": 0.0}),
 )
 AUTO = ZendeskVariant(name="auto", violations_table=VIOLATIONS_TABLE)
+
+
+NEOBANK_SPLIT_FIELDS = ("tags", "domain_names")
+"""The neobank inputs take these list fields as one comma-separated string."""
+
+
+def neobank_item(table: str, item: dict[str, Any]) -> dict[str, Any]:
+    """Split the comma-separated list fields into stripped parts; an empty string is no parts."""
+    for name in NEOBANK_SPLIT_FIELDS:
+        value = item.get(name)
+        if isinstance(value, str):
+            item[name] = [part.strip() for part in value.split(",")] if value else []
+    return item
+
+
+def neobank_ticket_tags(tags: list[str]) -> list[str]:
+    """Stored ticket tags are stripped, lower-cased and sorted; duplicates stay."""
+    return sorted(t.strip().lower() for t in tags)
+
+
+def consulting_item(table: str, item: dict[str, Any]) -> dict[str, Any]:
+    """The consulting User row turns an int ``organization_id`` into text (a field validator there)."""
+    org = item.get("organization_id")
+    if table == "users" and org is not None and not isinstance(org, str):
+        item["organization_id"] = str(org)
+    return item
+
+
+NEOBANK = ZendeskVariant(
+    name="neobank",
+    prepare_item=neobank_item,
+    ticket_tags=neobank_ticket_tags,
+    violations_table=VIOLATIONS_TABLE,
+)
+CONSULTING = ZendeskVariant(
+    name="consulting", prepare_item=consulting_item, violations_table=VIOLATIONS_TABLE
+)
