@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Annotated
 
 import anyio
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -21,8 +22,11 @@ env_app = typer.Typer(help="Serve a benchmark domain as an MCP tool server.", no
 
 DataOpt = Annotated[
     str | None,
-    typer.Option("--data", help="Data export or thinkingbox-data checkout (default: $SHADOWGUARD_BENCH_DATA, "
-                 "else ../shared/thinkingbox-bench)."),
+    typer.Option(
+        "--data",
+        help="Data export or thinkingbox-data checkout (default: $SHADOWGUARD_BENCH_DATA, "
+        "else ../shared/thinkingbox-bench).",
+    ),
 ]
 DbOpt = Annotated[
     str | None, typer.Option("--db", help="SQLAlchemy URL for environment state (default: SQLite in memory).")
@@ -37,7 +41,9 @@ def _domains(requested: list[str] | None) -> list[str]:
         return list(DOMAINS)
     unknown = [d for d in requested if d not in DOMAINS]
     if unknown:
-        raise typer.BadParameter(f"unknown domain(s) {unknown}; implemented: {sorted(DOMAINS)}", param_hint="--domain")
+        raise typer.BadParameter(
+            f"unknown domain(s) {unknown}; implemented: {sorted(DOMAINS)}", param_hint="--domain"
+        )
     return requested
 
 
@@ -46,7 +52,7 @@ def conformance(
     domain: DomainOpt = None,
     data: DataOpt = None,
     db: DbOpt = None,
-    tool: Annotated[list[str] | None, typer.Option("--tool", help="Only check these tools' responses.")] = None,
+    tool: Annotated[list[str] | None, typer.Option("--tool", help="Only check these tools.")] = None,
     show: Annotated[int, typer.Option(help="Mismatches to print per domain.")] = 20,
 ) -> None:
     """Check init hashes, golden replays, golden responses and all probe vectors against the reference."""
@@ -62,13 +68,20 @@ def conformance(
     results: list[DomainResult] = []
     started = time.perf_counter()
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console, transient=True,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
     ) as progress:
         bars = {d: progress.add_task(d, total=len(ts)) for d, ts in grouped.items()}
         runner = ConformanceRun(
-            bench, database, set(tool) if tool else None,
-            on_progress=lambda d, n: progress.advance(bars[d], n), max_mismatches=max(show, 1),
+            bench,
+            database,
+            set(tool) if tool else None,
+            on_progress=lambda d, n: progress.advance(bars[d], n),
+            max_mismatches=max(show, 1),
         )
         for d, ts in grouped.items():
             results.append(runner.run_domain(d, ts))
@@ -78,20 +91,34 @@ def conformance(
     for col in ("domain", "tasks", "init", "golden", "responses", "probes", "s", "tasks/s"):
         table.add_column(col)
     for r in results:
-        table.add_row(r.domain, str(r.tasks), f"{r.init_ok}/{r.tasks}", f"{r.golden_ok}/{r.tasks}",
-                      f"{r.responses_ok}/{r.responses}", f"{r.probes_ok}/{r.probes}", f"{r.seconds:.1f}",
-                      f"{r.tasks / r.seconds:.0f}" if r.seconds else "-")
+        table.add_row(
+            r.domain,
+            str(r.tasks),
+            f"{r.init_ok}/{r.tasks}",
+            f"{r.golden_ok}/{r.tasks}",
+            f"{r.responses_ok}/{r.responses}",
+            f"{r.probes_ok}/{r.probes}",
+            f"{r.seconds:.1f}",
+            f"{r.tasks / r.seconds:.0f}" if r.seconds else "-",
+        )
     console.print(table)
     for r in results:
         for m in r.mismatches[:show]:
             console.print(m.render(), markup=False, highlight=False, soft_wrap=True)
     console.print(f"total {elapsed:.1f} s", highlight=False)
     n = sum(r.tasks for r in results)
-    totals = (sum(r.init_ok for r in results), sum(r.golden_ok for r in results),
-              sum(r.responses_ok for r in results), sum(r.responses for r in results),
-              sum(r.probes_ok for r in results), sum(r.probes for r in results))
-    print(f"conformance: init {totals[0]}/{n} golden {totals[1]}/{n} responses {totals[2]}/{totals[3]} "
-          f"probes {totals[4]}/{totals[5]}")
+    totals = (
+        sum(r.init_ok for r in results),
+        sum(r.golden_ok for r in results),
+        sum(r.responses_ok for r in results),
+        sum(r.responses for r in results),
+        sum(r.probes_ok for r in results),
+        sum(r.probes for r in results),
+    )
+    print(
+        f"conformance: init {totals[0]}/{n} golden {totals[1]}/{n} responses {totals[2]}/{totals[3]} "
+        f"probes {totals[4]}/{totals[5]}"
+    )
     raise typer.Exit(0 if all(r.passed for r in results) else 1)
 
 
@@ -117,8 +144,11 @@ def serve(
         bench = resolve_data(data)
         database = Database(db)
         env_server = EnvServer(
-            load_domain(name, bench.bundle), database, bench,
-            idle_timeout=idle_timeout or None, max_sessions=max_sessions,
+            load_domain(name, bench.bundle),
+            database,
+            bench,
+            idle_timeout=idle_timeout or None,
+            max_sessions=max_sessions,
         )
         env_server.sessions.open_environment().close()  # fail now, not on the first call, on a bad --db
     except (EnvError, ValueError, SQLAlchemyError) as exc:
@@ -140,7 +170,7 @@ def perf(
     db: DbOpt = None,
     repeat: Annotated[int, typer.Option(min=1, help="Measured passes (after one warm-up pass).")] = 3,
 ) -> None:
-    """Time the grading step per task (init + golden replay + hash) beside the reference's published figure."""
+    """Time the grading step per task (init + golden replay + hash) beside the reference's figure."""
     from benchmark.perf import REFERENCE_INIT_MS, REFERENCE_MS_PER_TASK, measure_envs
 
     console = Console()
@@ -159,32 +189,51 @@ def perf(
     for d, ts in grouped.items():
         r = measure_envs(bench, database, d, ts, repeat)
         results.append(r)
-        table.add_row(d, str(r.tasks), f"{r.init_ms:.2f}", f"{r.replay_ms:.2f}", f"{r.hash_ms:.2f}",
-                      f"{r.total_ms:.2f}", f"{r.tasks_per_s:.0f}", f"{r.ratio_to_reference:.2f}")
+        table.add_row(
+            d,
+            str(r.tasks),
+            f"{r.init_ms:.2f}",
+            f"{r.replay_ms:.2f}",
+            f"{r.hash_ms:.2f}",
+            f"{r.total_ms:.2f}",
+            f"{r.tasks_per_s:.0f}",
+            f"{r.ratio_to_reference:.2f}",
+        )
     database.dispose()
     console.print(table)
     lo, hi = REFERENCE_MS_PER_TASK
-    console.print(f"reference (data README): init ≈ {REFERENCE_INIT_MS} ms, grading step ≈ {lo}–{hi} ms per task")
+    console.print(
+        f"reference (data README): init ≈ {REFERENCE_INIT_MS} ms, grading step ≈ {lo}–{hi} ms per task"
+    )
     total = sum(r.total_ms * r.tasks for r in results) / max(sum(r.tasks for r in results), 1)
     print(f"perf: {total:.2f} ms/task, {1000 / total:.0f} tasks/s, {total / ((lo + hi) / 2):.2f}x reference")
 
 
+def _advance(progress: Progress, bar: TaskID) -> Callable[[object], None]:
+    return lambda _report: progress.advance(bar)
+
+
 @bench_app.command("replay")
 def replay_command(
-    through: Annotated[str, typer.Option("--through", help="guard: through a GuardSession; off: straight to the tools.")],
+    through: Annotated[
+        str, typer.Option("--through", help="guard: through a GuardSession; off: straight to the tools.")
+    ],
     domain: DomainOpt = None,
     data: DataOpt = None,
     db: DbOpt = None,
-    policy: Annotated[str | None, typer.Option("--policy", help="Policy pack YAML (default: empty pack).")] = None,
+    policy: Annotated[
+        str | None, typer.Option("--policy", help="Policy pack YAML (default: empty pack).")
+    ] = None,
     show: Annotated[int, typer.Option(help="Tasks with problems to list.")] = 10,
 ) -> None:
     """Replay every task's golden calls and commit; count tasks that end in the reference golden state."""
-    from benchmark.replay import replay
+    from benchmark.replay import Through, replay
     from guard.policy import EMPTY, PolicyError, load_policy
 
     console = Console()
     if through not in ("guard", "off"):
         raise typer.BadParameter("use guard or off", param_hint="--through")
+    mode: Through = "guard" if through == "guard" else "off"
     domains = _domains(domain)
     try:
         bench = resolve_data(data)
@@ -206,14 +255,26 @@ def replay_command(
     table = RichTable(title=f"golden replay through {through} ({database.dialect})")
     for col in ("domain", "tasks", "committed-golden", "rolled-back", "violations", "delta = golden_delta"):
         table.add_column(col)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
         for d, ts in grouped.items():
             bar = progress.add_task(d, total=len(ts))
-            result = replay(bench, database, d, ts, through, packs[d], on_task=lambda _r, b=bar: progress.advance(b))
+            result = replay(bench, database, d, ts, mode, packs[d], on_task=_advance(progress, bar))
             deltas = [t.delta_matches for t in result.tasks if t.delta_matches is not None]
-            table.add_row(d, str(len(ts)), f"{result.committed_golden}/{len(ts)}", str(result.rolled_back),
-                          str(result.violations), f"{sum(deltas)}/{len(deltas)}" if deltas else "-")
+            table.add_row(
+                d,
+                str(len(ts)),
+                f"{result.committed_golden}/{len(ts)}",
+                str(result.rolled_back),
+                str(result.violations),
+                f"{sum(deltas)}/{len(deltas)}" if deltas else "-",
+            )
             totals["n"] += len(ts)
             totals["golden"] += result.committed_golden
             totals["rolled"] += sum(1 for t in result.tasks if t.rolled_back or not t.committed)
@@ -226,5 +287,7 @@ def replay_command(
         for m in t.messages[:5]:
             console.print(f"    {m}", markup=False, highlight=False)
     n = totals["n"]
-    print(f"replay: committed-golden {totals['golden']}/{n} rolled-back {totals['rolled']}/{n} "
-          f"violations {totals['violations']}")
+    print(
+        f"replay: committed-golden {totals['golden']}/{n} rolled-back {totals['rolled']}/{n} "
+        f"violations {totals['violations']}"
+    )

@@ -121,7 +121,7 @@ class GuardSession:
                 Violation(
                     rule_id="read_only_wrote",
                     message=f"{call.tool} is classified read-only but changed {len(changes)} row(s).",
-                    hint="The change was rolled back; if the tool is meant to write, classify it in the policy pack.",
+                    hint="The change was rolled back; classify a tool meant to write in the policy pack.",
                 )
             )
         violations += run_checks(self.checks, self._context("after_call", call, changes))

@@ -19,13 +19,13 @@ import functools
 import itertools
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlglot import exp
 
 from guard.backend import BackendError
-from guard.models import ChangeSet, RowChange
+from guard.models import ChangeSet, Op, RowChange
 from guard.sqltext import parse_select, transpile
 
 LOG = "_sg_changes"
@@ -156,8 +156,10 @@ class SqlBackend:
 
     # -- changes --------------------------------------------------------------------------------
     def _mark(self) -> int:
-        value = self.connection.execute(sa.text(f"SELECT COALESCE(MAX(id), 0) FROM {LOG}")).scalar_one()
-        return int(value)
+        value: int | None = self.connection.execute(
+            sa.text(f"SELECT COALESCE(MAX(id), 0) FROM {LOG}")  # noqa: S608 - constant table name
+        ).scalar_one()
+        return int(value or 0)
 
     def changes(self, since: str | None = None) -> ChangeSet:
         self._require()
@@ -168,15 +170,17 @@ class SqlBackend:
                 raise BackendError(f"unknown or closed savepoint {since!r}")
             mark = self._savepoints[since][1]
         rows = self.connection.execute(
-            sa.text(f"SELECT tbl, op, before, after FROM {LOG} WHERE id > :mark ORDER BY id"), {"mark": mark}
+            sa.text(f"SELECT tbl, op, before, after FROM {LOG} WHERE id > :mark ORDER BY id"),  # noqa: S608
+            {"mark": mark},
         )
         out = []
-        for table, op, before, after in rows:
+        for raw_table, raw_op, before, after in rows:
+            table, op = str(raw_table), cast(Op, str(raw_op).lower())
             before_row = self._image(table, before)
             after_row = self._image(table, after)
             key_fn = self.keys[table]
             key = key_fn(after_row if after_row is not None else before_row or {})
-            out.append(RowChange(table=table, key=key, op=op.lower(), before=before_row, after=after_row))
+            out.append(RowChange(table=table, key=key, op=op, before=before_row, after=after_row))
         return ChangeSet(changes=out)
 
     def _image(self, table: str, raw: Any) -> dict[str, Any] | None:
@@ -235,7 +239,8 @@ class SqlBackend:
         run = self.connection.exec_driver_sql
         run(
             f"CREATE TEMP TABLE IF NOT EXISTS {LOG} "
-            "(id INTEGER PRIMARY KEY AUTOINCREMENT, tbl TEXT NOT NULL, op TEXT NOT NULL, before TEXT, after TEXT)"
+            "(id INTEGER PRIMARY KEY AUTOINCREMENT, tbl TEXT NOT NULL, op TEXT NOT NULL, "
+            "before TEXT, after TEXT)"
         )
         for name, table in self.tables.items():
 
@@ -253,9 +258,11 @@ class SqlBackend:
                 ("update", image("OLD"), image("NEW")),
                 ("delete", image("OLD"), "NULL"),
             ):
+                # Identifiers come from the SQLAlchemy metadata, never from a caller.
                 run(
-                    f'CREATE TEMP TRIGGER IF NOT EXISTS "sg_{op}_{name}" AFTER {op.upper()} ON main."{name}" '
-                    f"BEGIN INSERT INTO {LOG} (tbl, op, before, after) VALUES ('{name}', '{op}', {before}, {after}); END"
+                    f'CREATE TEMP TRIGGER IF NOT EXISTS "sg_{op}_{name}" AFTER {op.upper()} ON main."{name}" '  # noqa: S608
+                    f"BEGIN INSERT INTO {LOG} (tbl, op, before, after) "
+                    f"VALUES ('{name}', '{op}', {before}, {after}); END"
                 )
 
     def _install_postgresql(self) -> None:
@@ -265,7 +272,7 @@ class SqlBackend:
             "(id BIGSERIAL PRIMARY KEY, tbl TEXT NOT NULL, op TEXT NOT NULL, before JSONB, after JSONB)"
         )
         run(
-            "CREATE OR REPLACE FUNCTION sg_capture() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "CREATE OR REPLACE FUNCTION sg_capture() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "  # noqa: S608
             f"INSERT INTO {LOG} (tbl, op, before, after) VALUES (TG_TABLE_NAME, lower(TG_OP), "
             "CASE WHEN TG_OP = 'INSERT' THEN NULL ELSE to_jsonb(OLD) END, "
             "CASE WHEN TG_OP = 'DELETE' THEN NULL ELSE to_jsonb(NEW) END); "

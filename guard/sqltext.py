@@ -7,6 +7,7 @@ tools that take SQL.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
@@ -35,9 +36,10 @@ class SqlTextError(ValueError):
 
 def _parse(sql: str, dialect: str | None) -> list[exp.Expression]:
     try:
-        statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
+        parsed: list[Any] = list(sqlglot.parse(sql, read=dialect))
     except ParseError as exc:
         raise SqlTextError(f"SQL does not parse: {exc}") from exc
+    statements: list[exp.Expression] = [s for s in parsed if isinstance(s, exp.Expression)]
     if not statements:
         raise SqlTextError("SQL is empty")
     return statements
@@ -70,7 +72,7 @@ def validate_against(tree: exp.Expression, schema: Mapping[str, Collection[str]]
     unknown = sorted(referenced_tables(tree) - set(schema))
     if unknown:
         raise SqlTextError(f"unknown table {unknown[0]!r}")
-    mapping = {t: dict.fromkeys(cols, "TEXT") for t, cols in schema.items()}
+    mapping: dict[str, object] = {t: dict.fromkeys(cols, "TEXT") for t, cols in schema.items()}
     try:
         qualify(tree.copy(), schema=mapping, validate_qualify_columns=True, quote_identifiers=False)
     except sqlglot.errors.OptimizeError as exc:

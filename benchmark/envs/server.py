@@ -360,8 +360,10 @@ class EnvServer:
         if SESSION_META_KEY in meta:
             value = meta[SESSION_META_KEY]
             if not isinstance(value, str) or not value or len(value) > _MAX_SESSION_ID:
-                raise _invalid(f"_meta[{SESSION_META_KEY!r}] must be a non-empty string of at most "
-                               f"{_MAX_SESSION_ID} characters")
+                raise _invalid(
+                    f"_meta[{SESSION_META_KEY!r}] must be a non-empty string of at most "
+                    f"{_MAX_SESSION_ID} characters"
+                )
             return "meta:" + value
         if ctx.request is None:
             return _STDIO_KEY

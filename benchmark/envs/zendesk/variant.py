@@ -121,20 +121,13 @@ def neobank_ticket_tags(tags: list[str]) -> list[str]:
     return sorted(t.strip().lower() for t in tags)
 
 
-def consulting_item(table: str, item: dict[str, Any]) -> dict[str, Any]:
-    """The consulting User row turns an int ``organization_id`` into text (a field validator there)."""
-    org = item.get("organization_id")
-    if table == "users" and org is not None and not isinstance(org, str):
-        item["organization_id"] = str(org)
-    return item
-
-
 NEOBANK = ZendeskVariant(
     name="neobank",
     prepare_item=neobank_item,
     ticket_tags=neobank_ticket_tags,
     violations_table=VIOLATIONS_TABLE,
 )
-CONSULTING = ZendeskVariant(
-    name="consulting", prepare_item=consulting_item, violations_table=VIOLATIONS_TABLE
-)
+CONSULTING = ZendeskVariant(name="consulting", violations_table=VIOLATIONS_TABLE)
+"""Its User row also turns an int ``organization_id`` into text, but no tool input can carry one: the
+inputs type it as a string, and an item failing ``UserCreateInput`` validates as another union member
+that drops the field. Only data rows could, and no default or patch row has one."""

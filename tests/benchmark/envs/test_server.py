@@ -42,8 +42,14 @@ from benchmark.tasks import BenchData, Task, resolve_data
 DOMAIN = "sandbox_external_retail"
 READ_TOOLS = ("check_inventory", "get_order", "zendesk_get_tables")
 # Write tools with probes on the init state (prefix 0), in order of preference.
-WRITE_TOOLS = ("update_order_address", "add_points_to_balance", "update_membership_status", "reship_order",
-               "cancel_installation", "zendesk_create_item")
+WRITE_TOOLS = (
+    "update_order_address",
+    "add_points_to_balance",
+    "update_membership_status",
+    "reship_order",
+    "cancel_installation",
+    "zendesk_create_item",
+)
 ORDERS = "external_retail_toolset_oms_models_orders"
 STARTUP_TIMEOUT = 30.0
 
@@ -80,8 +86,12 @@ def ref() -> Reference:
     data = resolve_data()
     vectors = data.bundle / "vectors"
     writes = [
-        r for r in _jsonl(vectors / "write_probes.jsonl")
-        if r["domain"] == DOMAIN and r["prefix_len"] == 0 and not r["extra_prefix"] and r["state_changed"]
+        r
+        for r in _jsonl(vectors / "write_probes.jsonl")
+        if r["domain"] == DOMAIN
+        and r["prefix_len"] == 0
+        and not r["extra_prefix"]
+        and r["state_changed"]
         and r["tool"] in WRITE_TOOLS
     ]
     write = min(writes, key=lambda r: WRITE_TOOLS.index(r["tool"]))
@@ -246,8 +256,10 @@ class HttpServer:
 def http_server(ref: Reference) -> Iterator[HttpServer]:
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(
-            _serve_args(ref, "--host", "127.0.0.1", "--port", "0"), stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=log,
+            _serve_args(ref, "--host", "127.0.0.1", "--port", "0"),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
         )
         try:
             deadline = time.monotonic() + STARTUP_TIMEOUT
@@ -346,8 +358,9 @@ def test_cli_errors(ref: Reference, tmp_path: Path) -> None:
 
 async def test_sessions_reap_idle_and_cap(ref: Reference, sqlite_db: Database) -> None:
     now = [0.0]
-    sessions = EnvSessions(load_domain(DOMAIN, ref.data.bundle), sqlite_db, idle_timeout=60, max_sessions=2,
-                           clock=lambda: now[0])
+    sessions = EnvSessions(
+        load_domain(DOMAIN, ref.data.bundle), sqlite_db, idle_timeout=60, max_sessions=2, clock=lambda: now[0]
+    )
     try:
         assert await sessions.init("a", ref.task.data_patch) == ref.init_hash
         assert await sessions.state_hash("b") == ref.defaults_hash

@@ -1,0 +1,159 @@
+"""The consulting (Meridian Strategy Group) zendesk variant on a real Environment.
+
+Ticket tags are lists stored as sent; a ticket created in a status other than open is logged as a
+violation; an int ``organization_id`` never reaches the User row through the tools.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from benchmark.envs import Database, Domain, Environment, load_domain
+from benchmark.tasks import BenchData
+
+CONSULTING = "sandbox_consulting"
+TICKETS = "zendesk_tickets"
+USERS = "zendesk_users"
+VIOLATIONS = "zendesk_ticket_status_violations"
+CUSTOM_FIELDS = [
+    "engagement_code",
+    "approval_required",
+    "approver_id",
+    "asset_id",
+    "catalog_id",
+    "client_id",
+    "expense_report_id",
+    "course_id",
+    "folder_id",
+    "device_type",
+    "hardware_order_id",
+    "access_type",
+    "license_pool",
+]
+
+
+@pytest.fixture(scope="module")
+def consulting(bench: BenchData) -> Domain:
+    return load_domain(CONSULTING, bench.bundle)
+
+
+@pytest.fixture
+def env(consulting: Domain, sqlite_db: Database) -> Iterator[Environment]:
+    with Environment(consulting, sqlite_db) as environment:
+        yield environment
+
+
+def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(env.call_tool(tool, args))
+
+
+def error(env: Environment, tool: str, args: dict[str, Any]) -> str:
+    out = call(env, tool, args)
+    assert out["tool"] == tool
+    return out["error"]
+
+
+def test_create_ticket_keeps_tags_as_sent_and_logs_a_non_open_status(env: Environment) -> None:
+    item = call(
+        env,
+        "zendesk_create_item",
+        {
+            "table": "tickets",
+            "item": {
+                "subject": "Laptop refresh",
+                "status": "pending",
+                "tags": ["Hardware_Request", "approval"],
+                "engagement_code": "ENG-1234567",
+            },
+        },
+    )["item"]
+    assert (item["id"], item["tags"], item["engagement_code"]) == (
+        "6",
+        ["Hardware_Request", "approval"],
+        "ENG-1234567",
+    )
+    assert list(item)[-len(CUSTOM_FIELDS) :] == CUSTOM_FIELDS
+    assert env.table(TICKETS).get("6").tags == ["Hardware_Request", "approval"]
+    assert env.table(VIOLATIONS).get("VIOLATION-6").model_dump(mode="json") == {
+        "id": "VIOLATION-6",
+        "ticket_id": "6",
+        "created_status": "pending",
+        "created_at": "2025-10-01T13:00:05Z",
+    }
+
+
+def test_open_create_and_updates_log_nothing(env: Environment) -> None:
+    created = call(
+        env,
+        "zendesk_create_item",
+        {
+            "table": "tickets",
+            "item": {"subject": "Access", "status": "open", "assignee_id": "157", "tags": None},
+        },
+    )["item"]
+    assert (created["status"], created["tags"]) == ("open", [])
+    updated = call(
+        env,
+        "zendesk_update_item",
+        {"table": "tickets", "id": "6", "item": {"status": "solved", "tags": None, "client_id": "CL-1"}},
+    )["item"]
+    assert (updated["status"], updated["tags"], updated["client_id"], updated["assignee_id"]) == (
+        "solved",
+        [],
+        "CL-1",
+        "157",
+    )
+    assert updated["updated_at"] == "2025-10-01T13:00:10Z"
+    assert env.table(VIOLATIONS).count() == 5
+
+
+def test_string_tags_are_refused(env: Environment) -> None:
+    message = error(
+        env,
+        "zendesk_create_item",
+        {"table": "tickets", "item": {"subject": "S", "tags": "a,b", "status": "new"}},
+    )
+    assert "item.TicketCreateInput.tags: Input should be a valid list" in message
+    assert env.table(VIOLATIONS).count() == 5
+
+
+def test_user_organization_id_is_text(env: Environment) -> None:
+    user = call(
+        env,
+        "zendesk_create_item",
+        {
+            "table": "users",
+            "item": {"name": "Dana Cole", "email": "dana.cole@msg.com", "organization_id": "2"},
+        },
+    )["item"]
+    assert (user["id"], user["organization_id"]) == ("6", "2")
+    assert env.table(USERS).get("6").organization_id == "2"
+
+
+def test_int_user_organization_id_falls_to_another_input_and_fails(env: Environment) -> None:
+    message = error(
+        env,
+        "zendesk_create_item",
+        {"table": "users", "item": {"name": "Dana Cole", "email": "d@msg.com", "organization_id": 2}},
+    )
+    assert message.startswith(
+        "Tool execution failed: Failed to create item: 1 validation error for User\nemail"
+    )
+    assert env.table(USERS).count() == 5
+
+
+def test_ticket_comments_cannot_be_updated(env: Environment) -> None:
+    message = error(
+        env, "zendesk_update_item", {"table": "ticket_comments", "id": "1", "item": {"body": "x"}}
+    )
+    assert message == "Tool execution failed: The value is not updatable. Ticket comments cannot be modified."
+
+
+def test_search_articles_over_the_consulting_articles(env: Environment) -> None:
+    results = call(env, "zendesk_search_articles", {"query": "per diem"})["results"]
+    assert [a["id"] for a in results] == [10001]
+    assert call(env, "zendesk_search_articles", {"query": "per diem", "section": 1}) == {"results": []}
