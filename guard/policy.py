@@ -11,24 +11,41 @@ See docs/policies.md for the format.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib
 import importlib.util
+import inspect
+import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from sqlglot.errors import ParseError
 
-from guard.checks import Check, PythonCheck, RuleText, SqlCheck
+from guard.checks import Check, PythonCheck, PythonPredicate, RuleText, SqlCheck
 from guard.models import EffectClass, PolicySource
 from guard.sqltext import SqlTextError
 
 
 class PolicyError(ValueError):
-    """A policy pack that cannot be loaded; the message names file, rule and line."""
+    """A policy pack that cannot be loaded; the message names file, rule and line.
+
+    The same facts are attributes (``file``, ``rule``, ``line``; None when not known) so callers can
+    point an editor at the spot without parsing the message.
+    """
+
+    def __init__(
+        self, message: str, *, file: str | None = None, rule: str | None = None, line: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.file = file
+        self.rule = rule
+        self.line = line
 
 
 class _Rule(BaseModel):
@@ -50,6 +67,8 @@ class CheckRule(_Rule):
     def _one_body(self) -> CheckRule:
         if (self.sql is None) == (self.python is None):
             raise ValueError("a check needs exactly one of 'sql' or 'python'")
+        if self.phase == "at_commit" and self.tools is not None:
+            raise ValueError("an at_commit check runs once per commit, not per tool: remove 'tools'")
         return self
 
 
@@ -151,69 +170,95 @@ EMPTY = PolicyPack(model=PolicyPackModel(name="empty"))
 
 
 # -- loading --------------------------------------------------------------------------------------
-class _LineLoader(yaml.SafeLoader):
-    """SafeLoader that remembers where each mapping and sequence item starts."""
+_Loc = tuple[Any, ...]
 
 
-def _compose_lines(text: str, path: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
-    lines: dict[tuple[Any, ...], int] = {}
+@dataclass
+class _Located:
+    """Where things are in the YAML text: each key's line, and where block scalars' content starts."""
+
+    lines: dict[_Loc, int] = field(default_factory=dict)
+    blocks: dict[_Loc, int] = field(default_factory=dict)
+    """Path of a literal/folded block scalar (``sql: |``) -> line of its first content line."""
+
+
+def _compose(text: str, where: str) -> tuple[Any, _Located]:
+    located = _Located()
     try:
-        node = yaml.compose(text, Loader=_LineLoader)
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise PolicyError(f"{path}:{where} invalid YAML: {getattr(exc, 'problem', exc)}") from exc
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise PolicyError(f"{where}: line {line}: invalid YAML: {problem}", file=where, line=line) from exc
 
-    def walk(n: yaml.Node, at: tuple[Any, ...]) -> None:
-        lines[at] = n.start_mark.line + 1
+    def walk(n: yaml.Node, at: _Loc) -> None:
+        located.lines[at] = n.start_mark.line + 1
         if isinstance(n, yaml.MappingNode):
+            seen: set[Any] = set()
             for k, v in n.value:
                 key = k.value
-                lines[(*at, key)] = k.start_mark.line + 1
+                if key in seen:
+                    line = k.start_mark.line + 1
+                    path = ".".join(str(p) for p in (*at, key))
+                    raise PolicyError(f"{where}: line {line}: duplicate key {path!r}", file=where, line=line)
+                seen.add(key)
+                located.lines[(*at, key)] = k.start_mark.line + 1
                 walk(v, (*at, key))
         elif isinstance(n, yaml.SequenceNode):
             for i, v in enumerate(n.value):
                 walk(v, (*at, i))
+        elif isinstance(n, yaml.ScalarNode) and n.style in ("|", ">"):
+            located.blocks[at] = n.start_mark.line + 2
 
     if node is not None:
         walk(node, ())
-    data = yaml.safe_load(text)
-    return data, lines
+    return data, located
 
 
-def _line(lines: Mapping[tuple[Any, ...], int], loc: Sequence[Any]) -> int | None:
-    loc = tuple(loc)
-    while loc:
-        if loc in lines:
-            return lines[loc]
-        loc = loc[:-1]
+def _line(lines: Mapping[_Loc, int], loc: Sequence[Any]) -> int | None:
+    path = tuple(loc)
+    while path:
+        if path in lines:
+            return lines[path]
+        path = path[:-1]
     return lines.get(())
 
 
-def _rule_name(data: Any, loc: Sequence[Any]) -> str:
+def _rule_id(data: Any, loc: Sequence[Any]) -> str:
     if len(loc) >= 2 and loc[0] in ("checks", "approvals") and isinstance(loc[1], int):
         try:
-            return f"rule {data[loc[0]][loc[1]].get('id', '#' + str(loc[1]))}"
+            rule_id = data[loc[0]][loc[1]].get("id")
         except (IndexError, KeyError, TypeError, AttributeError):
-            return f"{loc[0]}[{loc[1]}]"
-    return ".".join(str(p) for p in loc) or "pack"
+            rule_id = None
+        return str(rule_id) if rule_id else f"{loc[0]}[{loc[1]}]"
+    return ".".join(str(p) for p in loc[:2]) or "pack"
 
 
-def _load_module(spec: str, base: Path | None, where: str) -> Any:
-    candidate = (base / spec) if base is not None else None
-    if candidate is not None and candidate.suffix == ".py" and candidate.is_file():
-        name = f"shadowguard_policy_{abs(hash(str(candidate.resolve())))}"
-        module_spec = importlib.util.spec_from_file_location(name, candidate)
+def _load_module(spec: str, base: Path | None, fail: Callable[[str], PolicyError]) -> Any:
+    """The pack's Python module: a ``.py`` file beside the YAML, or an importable module name."""
+    if spec.endswith(".py"):
+        candidate = (base / spec) if base is not None else Path(spec)
+        if not candidate.is_file():
+            raise fail(f"module file {str(candidate)!r} not found")
+        resolved = candidate.resolve()
+        name = "shadowguard_policy_" + hashlib.sha256(str(resolved).encode()).hexdigest()[:16]
+        module_spec = importlib.util.spec_from_file_location(name, resolved)
         if module_spec is None or module_spec.loader is None:
-            raise PolicyError(f"{where}: cannot load module {spec}")
+            raise fail(f"cannot load module file {str(candidate)!r}")
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[name] = module
-        module_spec.loader.exec_module(module)
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as exc:
+            del sys.modules[name]
+            raise fail(f"module {spec!r} failed to import: {type(exc).__name__}: {exc}") from exc
         return module
     try:
         return importlib.import_module(spec)
     except ImportError as exc:
-        raise PolicyError(f"{where}: module {spec!r} not found ({exc})") from exc
+        raise fail(f"module {spec!r} not found ({exc})") from exc
 
 
 def load_policy(
@@ -221,42 +266,67 @@ def load_policy(
     *,
     schema: Mapping[str, Sequence[str]] | None = None,
     tools: Sequence[str] | None = None,
+    tool_arguments: Mapping[str, Collection[str]] | None = None,
 ) -> PolicyPack:
-    """Load and validate a pack. ``schema`` (table -> columns) and ``tools`` enable reference checks."""
+    """Load and validate a pack.
+
+    ``schema`` (table -> columns) checks every SQL table and column, ``tools`` every tool name, and
+    ``tool_arguments`` (tool -> input argument names) every ``:parameter`` a SQL check binds. Without
+    them the pack is checked for everything else (syntax, model, read-only SQL, Python references).
+    """
     path = Path(path)
     where = str(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise PolicyError(f"{where}: cannot read: {exc.strerror}") from exc
-    data, lines = _compose_lines(text, where)
+        raise PolicyError(f"{where}: cannot read: {exc.strerror}", file=where) from exc
+    data, located = _compose(text, where)
     if not isinstance(data, dict):
-        raise PolicyError(f"{where}: line 1: a policy pack is a YAML mapping")
+        raise PolicyError(f"{where}: line 1: a policy pack is a YAML mapping", file=where, line=1)
     try:
         model = PolicyPackModel.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        errors = exc.errors()
+        err = errors[0]
         loc = err["loc"]
-        line = _line(lines, loc)
+        line = _line(located.lines, loc)
+        rule = _rule_id(data, loc)
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise PolicyError(
-            f"{where}: line {line}: {_rule_name(data, loc)}: {'.'.join(map(str, loc))}: {err['msg']}"
+            f"{where}: line {line}: rule {rule}: {'.'.join(map(str, loc))}: {err['msg']}{more}",
+            file=where,
+            rule=rule,
+            line=line,
         ) from exc
-    return compile_pack(model, path=path, lines=lines, schema=schema, tools=tools)
+    return compile_pack(
+        model,
+        path=path,
+        lines=located.lines,
+        blocks=located.blocks,
+        schema=schema,
+        tools=tools,
+        tool_arguments=tool_arguments,
+    )
 
 
 def compile_pack(
     model: PolicyPackModel,
     *,
     path: Path | None = None,
-    lines: Mapping[tuple[Any, ...], int] | None = None,
+    lines: Mapping[_Loc, int] | None = None,
+    blocks: Mapping[_Loc, int] | None = None,
     schema: Mapping[str, Sequence[str]] | None = None,
     tools: Sequence[str] | None = None,
+    tool_arguments: Mapping[str, Collection[str]] | None = None,
 ) -> PolicyPack:
+    """Cross-reference checks and compile the checks of a validated model (see :func:`load_policy`)."""
     where = str(path) if path is not None else model.name
     lines = lines or {}
+    blocks = blocks or {}
 
-    def fail(loc: tuple[Any, ...], rule: str, message: str) -> PolicyError:
-        return PolicyError(f"{where}: line {_line(lines, loc)}: rule {rule}: {message}")
+    def fail(loc: _Loc, rule: str, message: str, line: int | None = None) -> PolicyError:
+        line = line if line is not None else _line(lines, loc)
+        return PolicyError(f"{where}: line {line}: rule {rule}: {message}", file=where, rule=rule, line=line)
 
     seen: set[str] = set()
     for section in ("checks", "approvals"):
@@ -264,38 +334,43 @@ def compile_pack(
             if rule.id in seen:
                 raise fail((section, i, "id"), rule.id, "duplicate rule id")
             seen.add(rule.id)
+    retried: set[str] = set()
+    for i, retry in enumerate(model.retry):
+        if retry.tool in retried:
+            raise fail(("retry", i, "tool"), f"retry[{i}]", f"duplicate retry override for {retry.tool!r}")
+        retried.add(retry.tool)
     if tools is not None:
-        known = set(tools)
-        named: list[tuple[tuple[Any, ...], str, str]] = []
-        for i, t in enumerate(model.tools.allow or []):
-            named.append((("tools", "allow", i), "tools.allow", t))
-        named += [(("tools", "effects", t), "tools.effects", t) for t in model.tools.effects]
-        for i, c in enumerate(model.checks):
-            named += [(("checks", i, "tools"), c.id, t) for t in c.tools or []]
-        for i, a in enumerate(model.approvals):
-            named += [(("approvals", i, "tools"), a.id, t) for t in a.tools or []]
-        for loc, rule, tool in named:
-            if tool not in known:
-                raise fail(loc, rule, f"unknown tool {tool!r}")
+        _check_tool_names(model, set(tools), fail)
+    if tool_arguments is not None:
+        _check_compensation_arguments(model, tool_arguments, fail)
     module = None
     if model.module is not None:
         module = _load_module(
-            model.module, path.parent if path else None, f"{where}: line {_line(lines, ('module',))}"
+            model.module,
+            path.parent if path is not None else None,
+            functools.partial(fail, ("module",), "module"),
         )
     checks: list[Check] = []
     for i, rule in enumerate(model.checks):
         text = RuleText(message=rule.message, hint=rule.hint, source=rule.source)
         if rule.sql is not None:
+            loc = ("checks", i, "sql")
             try:
-                checks.append(
-                    SqlCheck.compile(rule.id, rule.phase, rule.sql, text, tools=rule.tools, schema=schema)
+                sql_check = SqlCheck.compile(
+                    rule.id, rule.phase, rule.sql, text, tools=rule.tools, schema=schema
                 )
             except SqlTextError as exc:
-                raise fail(("checks", i, "sql"), rule.id, str(exc)) from exc
+                message, sql_line = _sql_error(exc, rule.sql)
+                line = blocks[loc] + sql_line - 1 if loc in blocks and sql_line is not None else None
+                raise fail(loc, rule.id, message, line) from exc
+            _check_parameters(
+                rule, sql_check.parameters, tool_arguments, functools.partial(fail, loc, rule.id)
+            )
+            checks.append(sql_check)
         else:
             assert rule.python is not None
             function = _python_function(
-                rule.python, module, lambda m, i=i, r=rule.id: fail(("checks", i, "python"), r, m)
+                rule.python, module, functools.partial(fail, ("checks", i, "python"), rule.id)
             )
             checks.append(
                 PythonCheck(
@@ -305,7 +380,89 @@ def compile_pack(
     return PolicyPack(model=model, checks=checks, path=path)
 
 
-def _python_function(ref: str, module: Any, fail: Any) -> Any:
+_Fail = Callable[[_Loc, str, str], PolicyError]
+
+
+def _check_tool_names(model: PolicyPackModel, known: set[str], fail: _Fail) -> None:
+    named: list[tuple[_Loc, str, str]] = []
+    named += [(("tools", "allow", i), "tools.allow", t) for i, t in enumerate(model.tools.allow or [])]
+    named += [(("tools", "effects", t), "tools.effects", t) for t in model.tools.effects]
+    for t, comp in model.tools.compensations.items():
+        named += [(("tools", "compensations", t), "tools.compensations", t)]
+        named += [(("tools", "compensations", t, "tool"), "tools.compensations", comp.tool)]
+    for i, c in enumerate(model.checks):
+        named += [(("checks", i, "tools", j), c.id, t) for j, t in enumerate(c.tools or [])]
+    for i, a in enumerate(model.approvals):
+        named += [(("approvals", i, "tools", j), a.id, t) for j, t in enumerate(a.tools or [])]
+    named += [(("retry", i, "tool"), f"retry[{i}]", r.tool) for i, r in enumerate(model.retry)]
+    for loc, rule, tool in named:
+        if tool not in known:
+            raise fail(loc, rule, f"unknown tool {tool!r}")
+
+
+def _check_compensation_arguments(
+    model: PolicyPackModel, tool_arguments: Mapping[str, Collection[str]], fail: _Fail
+) -> None:
+    for original, comp in model.tools.compensations.items():
+        loc = ("tools", "compensations", original, "arguments")
+        for target, taken_from in comp.arguments.items():
+            if comp.tool in tool_arguments and target not in tool_arguments[comp.tool]:
+                raise fail(loc, "tools.compensations", f"{comp.tool} has no argument {target!r}")
+            if original in tool_arguments and taken_from not in tool_arguments[original]:
+                raise fail(loc, "tools.compensations", f"{original} has no argument {taken_from!r}")
+
+
+def _check_parameters(
+    rule: CheckRule,
+    parameters: Sequence[str],
+    tool_arguments: Mapping[str, Collection[str]] | None,
+    fail: Callable[[str], PolicyError],
+) -> None:
+    """``:name`` parameters are bound from the call's arguments, so they need a call and its tools."""
+    if not parameters:
+        return
+    names = ", ".join(f":{p}" for p in parameters)
+    if rule.phase == "at_commit":
+        raise fail(f"an at_commit check sees no call, so {names} cannot be bound")
+    if not rule.tools:
+        raise fail(f"a check that binds call arguments ({names}) must list its 'tools'")
+    if tool_arguments is None:
+        return
+    for tool in rule.tools:
+        if tool not in tool_arguments:
+            continue
+        missing = [p for p in parameters if p not in tool_arguments[tool]]
+        if missing:
+            raise fail(f"tool {tool!r} has no argument {missing[0]!r} (bound as :{missing[0]})")
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_SQL_LINE = re.compile(r"\.?\s*Line:? (\d+), Col: (\d+)\.?")
+_QUOTED = re.compile(r"'([^']+)'|: (\w+)$")
+
+
+def _sql_error(exc: SqlTextError, sql: str) -> tuple[str, int | None]:
+    """A one-line message for a SQL error and the line (1-based, within ``sql``) it points at."""
+    cause = exc.__cause__
+    if isinstance(cause, ParseError) and cause.errors:
+        first = cause.errors[0]
+        line = first.get("line")
+        return f"SQL does not parse: {first.get('description')}", line if isinstance(line, int) else None
+    message = _ANSI.sub("", str(exc)).splitlines()[0] if str(exc) else type(exc).__name__
+    found = _SQL_LINE.search(message)
+    if found:
+        return _SQL_LINE.sub("", message).strip(), int(found.group(1))
+    name = _QUOTED.search(message)
+    if name:
+        token = (name.group(1) or name.group(2)).lower()
+        pattern = re.compile(rf"(?<![\w.]){re.escape(token)}(?!\w)|\.{re.escape(token)}(?!\w)")
+        for number, text in enumerate(sql.splitlines(), start=1):
+            if pattern.search(text.lower()):
+                return message, number
+    return message, 1
+
+
+def _python_function(ref: str, module: Any, fail: Callable[[str], PolicyError]) -> PythonPredicate:
     module_name, _, attr = ref.rpartition(":")
     target = module
     if module_name:
@@ -316,6 +473,12 @@ def _python_function(ref: str, module: Any, fail: Any) -> Any:
     if target is None:
         raise fail(f"{ref!r} names no module and the pack has no 'module'")
     function = getattr(target, attr, None)
+    if function is None:
+        raise fail(f"function {attr!r} not found in module {getattr(target, '__name__', module_name)!r}")
     if not callable(function):
         raise fail(f"{ref!r} is not a function")
-    return function
+    try:
+        inspect.signature(function).bind(None)
+    except (TypeError, ValueError) as exc:
+        raise fail(f"{ref!r} must take one argument (the CheckContext): {exc}") from exc
+    return cast(PythonPredicate, function)

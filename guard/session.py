@@ -106,6 +106,10 @@ class GuardSession:
         before = run_checks(self.checks, self._context("before_call", call, ChangeSet()))
         if before:
             return ToolOutcome(call=call, effect=effect, verdict=Verdict.REFUSED, violations=before)
+        if not self.backend.transactional:
+            unrehearsed = self._hold_unrehearsed(call, effect)
+            if unrehearsed is not None:
+                return unrehearsed
 
         savepoint = self.backend.savepoint()
         result = self.execute(call.tool, call.arguments)
@@ -158,6 +162,23 @@ class GuardSession:
         return ToolOutcome(
             call=call, effect=effect, verdict=Verdict.ALLOWED, result=result.text, changes=changes
         )
+
+    def _hold_unrehearsed(self, call: ToolCall, effect: EffectClass) -> ToolOutcome | None:
+        """On a backend that cannot roll back, forwarding is doing: hold what needs a person first.
+
+        An irreversible call, or one an approval rule matches, is held before it is forwarded;
+        there is no rehearsal, so the outcome carries no change preview.
+        """
+        approval = self.policy.approval_for(call.tool, effect, call.arguments)
+        if approval is None and effect is not EffectClass.IRREVERSIBLE:
+            return None
+        held = Violation(
+            rule_id=approval.id if approval is not None else "irreversible_unrehearsed",
+            message=f"{call.tool} needs a human approval before it runs.",
+            hint="The request was held and nothing was sent; tell the user it awaits approval.",
+            source=approval.source if approval is not None else None,
+        )
+        return ToolOutcome(call=call, effect=effect, verdict=Verdict.HELD, violations=[held])
 
     # -- commit / rollback ----------------------------------------------------------------------
     def pending_changes(self) -> ChangeSet:

@@ -6,7 +6,12 @@ only place where ``proxy`` reaches into ``benchmark``: composing the command lin
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from guard.policy import PolicyError, PolicyPack, load_policy
 
 app = typer.Typer(help="shadowguard: guardrail middleware for live AI agents.", no_args_is_help=True)
 
@@ -23,6 +28,74 @@ def _mount_benchmark() -> None:
     app.add_typer(bench_app, name="bench")
     app.add_typer(env_app, name="env")
     _mounted = True
+
+
+@app.command("check")
+def check(
+    pack: Annotated[Path, typer.Argument(help="Policy pack YAML file.", show_default=False)],
+    domain: Annotated[
+        str | None,
+        typer.Option(
+            "--domain",
+            help="Benchmark domain to check the pack against: SQL tables and columns, tool names, "
+            "and the tool arguments bound as :parameters.",
+        ),
+    ] = None,
+    data: Annotated[
+        str | None,
+        typer.Option(
+            "--data",
+            help="Benchmark data (with --domain; default: $SHADOWGUARD_BENCH_DATA, else ../shared/thinkingbox-bench).",
+        ),
+    ] = None,
+) -> None:
+    """Load and validate a policy pack (see docs/policies.md). Exit 0 if valid, 1 with file, rule and line if not."""
+    schema: dict[str, list[str]] | None = None
+    tools: list[str] | None = None
+    arguments: dict[str, set[str]] | None = None
+    if domain is not None:
+        from benchmark.envs import DOMAINS, EnvError, load_domain
+        from benchmark.tasks import resolve_data
+
+        if domain not in DOMAINS:
+            raise typer.BadParameter(
+                f"unknown domain {domain!r}; implemented: {', '.join(sorted(DOMAINS))}", param_hint="--domain"
+            )
+        try:
+            loaded = load_domain(domain, resolve_data(data).bundle)
+        except (EnvError, ValueError) as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        schema = {name: list(spec.field_names) for name, spec in loaded.tables.items()}
+        tools = list(loaded.tools)
+        arguments = {name: set(t.input_schema.get("properties", {})) for name, t in loaded.tools.items()}
+    try:
+        policy = load_policy(pack, schema=schema, tools=tools, tool_arguments=arguments)
+        if domain is not None and policy.model.domain not in (None, domain):
+            raise PolicyError(
+                f"{pack}: line 1: pack: the pack is for domain {policy.model.domain!r}, not {domain!r}",
+                file=str(pack),
+                line=1,
+            )
+    except PolicyError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(_summary(pack, policy, domain))
+
+
+def _summary(path: Path, policy: PolicyPack, domain: str | None) -> str:
+    model = policy.model
+    phases = [c.phase for c in policy.checks]
+    counts = ", ".join(f"{phases.count(p)} {p}" for p in ("before_call", "after_call", "at_commit"))
+    allowed = "all tools" if model.tools.allow is None else f"{len(model.tools.allow)} tools"
+    against = (
+        f"checked against {domain}" if domain else "no --domain: tables, columns and tool names not checked"
+    )
+    return (
+        f"{path}: ok: pack {model.name!r}: {len(policy.checks)} checks ({counts}), "
+        f"{len(model.approvals)} approval rules, {len(model.retry)} retry overrides, "
+        f"{len(model.tools.effects)} effect classes, {allowed} allowed; {against}"
+    )
 
 
 def main() -> None:

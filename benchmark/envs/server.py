@@ -11,6 +11,10 @@ besides that lives outside the tool list, as custom JSON-RPC methods that no age
 * ``shadowguard/env/state_hash`` ``{}`` -> ``{"state_hash": ...}``: the session's current stable-state hash.
 * ``shadowguard/env/close`` ``{}`` -> ``{}``: drop the session's environment now.
 
+The server also participates in the guard's transaction extension (``shadowguard/tx``, see
+docs/transaction-extension.md): a session's transaction runs on its environment's connection, so its
+tool calls are inside it. Re-initialising or closing the session ends an open transaction.
+
 Sessions: ``_meta["shadowguard/session"]`` when the client sends it (any transport or era; required by
 the sessionless 2026-07-28 HTTP era), else the handshake era's ``Mcp-Session-Id``, else (stdio) the
 process's single connection. A session that has not been initialised runs on the domain defaults.
@@ -29,7 +33,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -48,7 +52,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from benchmark.envs.environment import Domain, Environment
 from benchmark.envs.errors import DataError, UnknownTableError
 from benchmark.envs.store import Database
+from benchmark.guarded import backend_for
 from benchmark.tasks import BenchData, Task
+from guard.backend import Backend
+from guard.sql_backend import SqlBackend
+from guard.txext import TransactionParticipant
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +71,7 @@ _MAX_SESSION_ID = 256
 _STDIO_KEY = "stdio"
 
 Ctx = ServerRequestContext[Any, Any]
+T = TypeVar("T")
 _Paging = types.PaginatedRequestParams | None
 
 
@@ -154,6 +163,7 @@ class _Session:
 
     key: str
     env: Environment | None = None
+    backend: tuple[Environment, SqlBackend] | None = None
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     users: int = 0
     closed: bool = False
@@ -254,6 +264,18 @@ class EnvSessions:
             s.env = self.open_environment()
         return s.env
 
+    def _backend(self, s: _Session) -> SqlBackend:
+        """The shadow-transaction backend on the session's current environment; worker thread only."""
+        env = self._environment(s)
+        if s.backend is None or s.backend[0] is not env:
+            s.backend = (env, backend_for(env))
+        return s.backend[1]
+
+    async def with_backend(self, key: str, work: Callable[[Environment, SqlBackend], T]) -> T:
+        """Run ``work`` on the session's environment and its backend, serialised with its other calls."""
+        async with self.use(key) as s:
+            return await anyio.to_thread.run_sync(lambda: work(self._environment(s), self._backend(s)))
+
     # Each operation runs whole in one worker thread, including any swap of ``s.env``: a cancelled
     # request still lets its thread finish, so no environment is left half-assigned or unclosed.
     async def call_tool(self, key: str, name: str, arguments: Mapping[str, Any] | None) -> str:
@@ -351,6 +373,8 @@ class EnvServer:
         self.server.add_request_handler(INIT_METHOD, EnvInitParams, self._init)
         self.server.add_request_handler(STATE_HASH_METHOD, EnvSessionParams, self._state_hash)
         self.server.add_request_handler(CLOSE_METHOD, EnvSessionParams, self._close)
+        self.transactions = TransactionParticipant(session_key=self.session_key, access=self._backend_access)
+        self.transactions.install(self.server)
 
     # -- session keys
     @staticmethod
@@ -385,10 +409,19 @@ class EnvServer:
 
     async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         if params.name in self.domain.tools:
-            text = await self.sessions.call_tool(self.session_key(ctx), params.name, params.arguments)
+            key, tx = self.session_key(ctx), self.transactions.transaction_of(ctx)
+
+            def call(env: Environment, backend: SqlBackend) -> str:
+                self.transactions.check_call(key, tx, backend)
+                return env.call_tool(params.name, params.arguments)
+
+            text = await self.sessions.with_backend(key, call)
         else:
             text = f"Unknown tool: {params.name}"  # the reference's answer; no environment needed
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=False)
+
+    async def _backend_access(self, key: str, work: Callable[[Backend], T], /) -> T:
+        return await self.sessions.with_backend(key, lambda env, backend: work(backend))
 
     # -- harness methods
     def _task_index(self) -> dict[str, Task]:

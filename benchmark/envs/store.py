@@ -10,12 +10,14 @@ pydantic JSON-mode rendering (so the state hash can be computed from the columns
 
 Two bookkeeping columns keep the reference's list semantics: ``_seq`` (store order; an upsert keeps
 the row's place) and ``_key`` (the model's ``get_id()`` as text). Each attempt gets its own database:
-a fresh in-memory SQLite database copied from a per-domain template, or a fresh PostgreSQL schema.
+a fresh in-memory SQLite database copied from a per-domain template, or on PostgreSQL a pooled schema
+holding the defaults, used inside one transaction that is rolled back when the attempt ends.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -303,6 +305,9 @@ class Database:
             raise ValueError("file-based SQLite is not supported for environments; use sqlite:// (in memory)")
         self._engine: sa.Engine | None = None
         self._templates: dict[int, sqlite3.Connection] = {}
+        self._lock = threading.Lock()
+        self._pg_free: dict[int, list[str]] = {}
+        self._pg_schemas: list[str] = []
         # One engine for all SQLite attempts (statement compilation is cached per engine); each
         # connection it opens is a new, empty in-memory database.
         self._sqlite = _sqlite_engine(lambda: sqlite3.connect(":memory:", check_same_thread=False))
@@ -341,23 +346,51 @@ class Database:
             template.backup(raw)
             conn.begin()
             return conn, None
+        return self._open_pg(domain_id, metadata, load)
+
+    def _open_pg(self, domain_id: int, metadata: sa.MetaData, load: Any) -> tuple[sa.Connection, Any]:
+        """An attempt on PostgreSQL: a pooled schema holding the committed defaults, used inside one
+        transaction that is always rolled back, so the next attempt finds the defaults untouched.
+
+        A schema serves one attempt at a time (checked out from the pool), so attempts never see or
+        lock each other's rows. Creating a schema (DDL + defaults) happens once per pool slot.
+        """
         engine = self._pg_engine()
-        schema = f"sg_{uuid.uuid4().hex[:16]}"
+        with self._lock:
+            free = self._pg_free.setdefault(domain_id, [])
+            schema = free.pop() if free else None
+        if schema is None:
+            schema = f"sg_{uuid.uuid4().hex[:16]}"
+            with engine.begin() as setup:
+                setup.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+                setup.execute(sa.text(f'SET LOCAL search_path TO "{schema}"'))
+                metadata.create_all(setup, checkfirst=False)
+                load(setup)
+            with self._lock:
+                self._pg_schemas.append(schema)
         conn = engine.connect()
         conn.begin()
-        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
         # Transaction-scoped: every statement of this attempt, SQLAlchemy's or raw, resolves here.
         conn.execute(sa.text(f'SET LOCAL search_path TO "{schema}"'))
-        metadata.create_all(conn, checkfirst=False)
-        load(conn)
-        return conn, schema
+        return conn, (domain_id, schema)
 
     def close(self, conn: sa.Connection, handle: Any) -> None:
-        # PostgreSQL: the attempt's schema was created inside its transaction, so rolling back drops it.
+        """End an attempt: nothing it did is kept (PostgreSQL returns its schema to the pool)."""
         conn.rollback()
         conn.close()
+        if handle is not None:
+            domain_id, schema = handle
+            with self._lock:
+                self._pg_free.setdefault(domain_id, []).append(schema)
 
     def dispose(self) -> None:
+        """Release everything; on PostgreSQL the pooled schemas are dropped."""
+        if self._pg_schemas and self._engine is not None:
+            with self._engine.begin() as conn:
+                for schema in self._pg_schemas:
+                    conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        self._pg_schemas.clear()
+        self._pg_free.clear()
         for template in self._templates.values():
             template.close()
         self._templates.clear()

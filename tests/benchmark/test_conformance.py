@@ -2,33 +2,32 @@
 
 from __future__ import annotations
 
+import pytest
 from typer.testing import CliRunner
 
 from benchmark.conformance import ConformanceRun
-from benchmark.envs import Database
+from benchmark.envs import DOMAINS, Database
 from benchmark.tasks import BenchData, Task
 from proxy.cli import _mount_benchmark, app
 
 RETAIL = "sandbox_external_retail"
 
 
-def test_cli_retail_conformance_on_sqlite(bench: BenchData) -> None:
+def test_cli_conformance_of_all_domains_on_sqlite(bench: BenchData) -> None:
+    """The whole benchmark: 507 init and golden hashes, 3102 golden responses, 17,444 probes."""
     _mount_benchmark()
-    result = CliRunner().invoke(
-        app, ["bench", "conformance", "--domain", RETAIL, "--data", str(bench.bundle)]
-    )
+    result = CliRunner().invoke(app, ["bench", "conformance", "--data", str(bench.bundle)])
     last = result.output.strip().splitlines()[-1]
-    assert last == "conformance: init 98/98 golden 98/98 responses 435/435 probes 3055/3055", result.output
+    assert last == "conformance: init 507/507 golden 507/507 responses 3102/3102 probes 17444/17444", result.output
     assert result.exit_code == 0
 
 
-def test_retail_conformance_on_postgresql_sample(
-    bench: BenchData, retail_tasks: list[Task], database: Database
-) -> None:
-    """Every 7th retail task with all of its probes (the full PostgreSQL sweep is `make conformance-pg`)."""
-    sample = retail_tasks[::7]
-    result = ConformanceRun(bench, database).run_domain(RETAIL, sample)
-    assert result.mismatches == []
+@pytest.mark.parametrize("domain", list(DOMAINS))
+def test_conformance_sample_on_both_databases(bench: BenchData, database: Database, domain: str) -> None:
+    """Every 10th task of each domain with all of its probes (the full sweep is `make conformance-pg`)."""
+    sample = bench.tasks([domain])[::10]
+    result = ConformanceRun(bench, database).run_domain(domain, sample)
+    assert [m.render() for m in result.mismatches] == []
     assert result.init_ok == result.golden_ok == len(sample)
     assert result.responses_ok == result.responses > 0
     assert result.probes_ok == result.probes > 0

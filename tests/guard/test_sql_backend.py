@@ -1,0 +1,455 @@
+"""SqlBackend against an in-memory model: random write programs in nested savepoints, SQLite and PostgreSQL.
+
+A program is a tree of insert/update/delete statements (single-row, multi-row, primary-key changing)
+grouped into savepoints that are randomly released or rolled back. After every step the tables equal
+the model, ``changes()`` netted equals the model's difference from the initial state, and
+``changes(sp)`` equals exactly the row changes made since ``sp`` that were not rolled back.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy.pool import NullPool, StaticPool
+
+from guard.backend import Backend, BackendError
+from guard.models import ChangeSet, RowChange
+from guard.sql_backend import LOG, SqlBackend
+from guard.sqltext import SqlTextError
+
+PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+metadata = sa.MetaData()
+items = sa.Table(
+    "items",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("price", sa.Float, nullable=True),
+    sa.Column("active", sa.Boolean, nullable=False),
+    sa.Column("meta", sa.JSON, nullable=True),
+)
+stock = sa.Table(
+    "stock",
+    metadata,
+    sa.Column("warehouse", sa.Text, primary_key=True),
+    sa.Column("sku", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("qty", sa.Integer, nullable=False),
+    sa.Column("ratio", sa.Double, nullable=True),
+    sa.Column("note", sa.Text, nullable=True),
+    sa.Column("tags", sa.JSON, nullable=True),
+)
+TABLES = {"items": items, "stock": stock}
+PK = {"items": ("id",), "stock": ("warehouse", "sku")}
+WAREHOUSES = ("w1", "w:2", "倉")
+
+Row = dict[str, Any]
+Model = dict[str, dict[str, Row]]
+
+
+def key_of(table: str, row: Row) -> str:
+    return ":".join(str(row[n]) for n in PK[table])
+
+
+# -- strategies -------------------------------------------------------------------------------------
+texts = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=8)
+floats = st.floats(allow_nan=False, allow_infinity=False)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | floats | texts,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
+    max_leaves=6,
+)
+VALUES: dict[str, dict[str, st.SearchStrategy[Any]]] = {
+    "items": {
+        "name": texts,
+        "price": st.none() | floats,
+        "active": st.booleans(),
+        "meta": json_values,
+    },
+    "stock": {
+        "qty": st.integers(0, 1000),
+        "ratio": st.none() | floats,
+        "note": st.none() | texts,
+        "tags": json_values,
+    },
+}
+KEYS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
+    "items": st.fixed_dictionaries({"id": st.integers(0, 12)}),
+    "stock": st.fixed_dictionaries({"warehouse": st.sampled_from(WAREHOUSES), "sku": st.integers(0, 3)}),
+}
+
+
+def rows(table: str) -> st.SearchStrategy[Row]:
+    return st.builds(lambda k, v: {**k, **v}, KEYS[table], st.fixed_dictionaries(VALUES[table]))
+
+
+def partial_values(table: str) -> st.SearchStrategy[Row]:
+    return st.fixed_dictionaries({}, optional=VALUES[table])
+
+
+# -- databases -------------------------------------------------------------------------------------
+@contextmanager
+def sqlite_connection() -> Iterator[sa.Connection]:
+    """The plain pysqlite engine a user would create; one in-memory database per example."""
+    engine = sa.create_engine("sqlite://", poolclass=StaticPool)
+    try:
+        with engine.connect() as conn:
+            metadata.create_all(conn)
+            conn.commit()
+            yield conn
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def postgresql_connection(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """A throwaway schema per example, dropped afterwards."""
+    schema = f"sg_test_{uuid.uuid4().hex[:12]}"
+    with engine.connect() as conn:
+        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+        conn.execute(sa.text(f'SET search_path TO "{schema}"'))
+        metadata.create_all(conn)
+        conn.commit()
+        try:
+            yield conn
+        finally:
+            if conn.in_transaction():
+                conn.rollback()
+            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+            conn.commit()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def connect(request: pytest.FixtureRequest) -> Iterator[Any]:
+    if request.param == "sqlite":
+        yield sqlite_connection
+        return
+    engine = sa.create_engine(PG_URL, poolclass=NullPool)
+    try:
+        with engine.connect():
+            pass
+    except sa.exc.OperationalError as exc:
+        pytest.fail(f"PostgreSQL at {PG_URL} is not reachable: {exc}")
+    yield lambda: postgresql_connection(engine)
+    engine.dispose()
+
+
+# -- the model -------------------------------------------------------------------------------------
+@dataclass
+class Harness:
+    """The backend under test, the model of its tables, and the log of expected row changes.
+
+    ``log`` holds groups: one statement's row changes (a multi-row statement's order is unspecified).
+    """
+
+    conn: sa.Connection
+    backend: SqlBackend
+    initial: Model
+    model: Model
+    log: list[list[RowChange]] = field(default_factory=list)
+    open: list[tuple[str, int, Model]] = field(default_factory=list)
+
+    # writes ---------------------------------------------------------------------------------------
+    def insert(self, table: str, row: Row) -> None:
+        key = key_of(table, row)
+        if key in self.model[table]:
+            return
+        self.conn.execute(TABLES[table].insert().values(row))
+        self.model[table][key] = row
+        self.log.append([RowChange(table=table, key=key, op="insert", after=row)])
+
+    def where(self, table: str, key: str) -> Any:
+        row = self.model[table][key]
+        return sa.and_(*(TABLES[table].c[n] == row[n] for n in PK[table]))
+
+    def update(self, table: str, key: str, values: Row) -> None:
+        before = self.model[table][key]
+        after = {**before, **values}
+        new_key = key_of(table, after)
+        if new_key != key and new_key in self.model[table]:
+            return
+        self.conn.execute(TABLES[table].update().where(self.where(table, key)).values(values))
+        del self.model[table][key]
+        self.model[table][new_key] = after
+        if new_key == key:
+            self.log.append([RowChange(table=table, key=key, op="update", before=before, after=after)])
+        else:
+            self.log.append(
+                [
+                    RowChange(table=table, key=key, op="delete", before=before),
+                    RowChange(table=table, key=new_key, op="insert", after=after),
+                ]
+            )
+
+    def delete(self, table: str, key: str) -> None:
+        before = self.model[table].pop(key)
+        self.conn.execute(TABLES[table].delete().where(self.where(table, key)))
+        self.log.append([RowChange(table=table, key=key, op="delete", before=before)])
+
+    def restock(self, warehouse: str, qty: int) -> None:
+        """Multi-row UPDATE: every row of a warehouse."""
+        group = []
+        for key, before in list(self.model["stock"].items()):
+            if before["warehouse"] == warehouse:
+                after = {**before, "qty": qty}
+                self.model["stock"][key] = after
+                group.append(RowChange(table="stock", key=key, op="update", before=before, after=after))
+        self.conn.execute(stock.update().where(stock.c.warehouse == warehouse).values(qty=qty))
+        if group:
+            self.log.append(group)
+
+    def drop_sku(self, sku: int) -> None:
+        """Multi-row DELETE."""
+        group = []
+        for key, before in list(self.model["stock"].items()):
+            if before["sku"] == sku:
+                del self.model["stock"][key]
+                group.append(RowChange(table="stock", key=key, op="delete", before=before))
+        self.conn.execute(stock.delete().where(stock.c.sku == sku))
+        if group:
+            self.log.append(group)
+
+    # savepoints -----------------------------------------------------------------------------------
+    def savepoint(self) -> None:
+        name = self.backend.savepoint()
+        self.open.append((name, len(self.log), copy_model(self.model)))
+
+    def close(self, rollback: bool) -> None:
+        name, mark, snapshot = self.open.pop()
+        if rollback:
+            self.backend.rollback_to(name)
+            self.model = snapshot
+            del self.log[mark:]
+        else:
+            self.backend.release(name)
+        with pytest.raises(BackendError, match="unknown or closed savepoint"):
+            self.backend.changes(name)
+
+    # the invariants -------------------------------------------------------------------------------
+    def contents(self) -> Model:
+        out: Model = {}
+        for name, table in TABLES.items():
+            found = [dict(r._mapping) for r in self.conn.execute(sa.select(table))]
+            out[name] = {key_of(name, r): r for r in found}
+        return out
+
+    def check(self) -> None:
+        assert self.contents() == self.model
+        net = self.backend.changes().net()
+        assert {(c.table, c.key): c for c in net} == model_diff(self.initial, self.model)
+        assert_same_changes(self.backend.changes(), self.log)
+        for name, mark, _ in self.open:
+            assert_same_changes(self.backend.changes(name), self.log[mark:])
+
+
+def copy_model(model: Model) -> Model:
+    return {t: dict(rows) for t, rows in model.items()}
+
+
+def model_diff(initial: Model, final: Model) -> dict[tuple[str, str], RowChange]:
+    out = {}
+    for table in TABLES:
+        for key in initial[table].keys() | final[table].keys():
+            before, after = initial[table].get(key), final[table].get(key)
+            if before == after:
+                continue
+            op = "insert" if before is None else "delete" if after is None else "update"
+            out[(table, key)] = RowChange(table=table, key=key, op=op, before=before, after=after)
+    return out
+
+
+def assert_same_changes(actual: ChangeSet, groups: list[list[RowChange]]) -> None:
+    found = list(actual)
+    assert len(found) == sum(len(g) for g in groups), (found, groups)
+    at = 0
+    for group in groups:
+        chunk = found[at : at + len(group)]
+        at += len(group)
+        if len(group) == 1:
+            assert chunk == group
+        else:
+            assert sorted(chunk, key=lambda c: c.key) == sorted(group, key=lambda c: c.key)
+
+
+def run_block(h: Harness, data: st.DataObject, depth: int) -> None:
+    steps = ["insert", "update", "delete", "restock", "drop_sku"] + (["savepoint"] if depth < 3 else [])
+    for _ in range(data.draw(st.integers(0, 5 if depth else 8), label="steps")):
+        step = data.draw(st.sampled_from(steps), label="step")
+        table = data.draw(st.sampled_from(sorted(TABLES)), label="table")
+        existing = sorted(h.model[table])
+        if step == "insert":
+            h.insert(table, data.draw(rows(table), label="row"))
+        elif step in ("update", "delete") and existing:
+            key = data.draw(st.sampled_from(existing), label="key")
+            if step == "delete":
+                h.delete(table, key)
+            else:
+                values = data.draw(partial_values(table), label="values")
+                if data.draw(st.integers(0, 5), label="rekey") == 0:
+                    values.update(data.draw(KEYS[table], label="new key"))
+                h.update(table, key, values)
+        elif step == "restock":
+            h.restock(data.draw(st.sampled_from(WAREHOUSES)), data.draw(st.integers(0, 1000)))
+        elif step == "drop_sku":
+            h.drop_sku(data.draw(st.integers(0, 3)))
+        elif step == "savepoint":
+            h.savepoint()
+            h.check()
+            run_block(h, data, depth + 1)
+            h.close(rollback=data.draw(st.booleans(), label="rollback"))
+        h.check()
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_random_programs_match_the_model(connect: Any, data: st.DataObject) -> None:
+    initial: Model = {name: {} for name in TABLES}
+    for name in TABLES:
+        for row in data.draw(st.lists(rows(name), max_size=4), label=f"initial {name}"):
+            initial[name].setdefault(key_of(name, row), row)
+    outer = data.draw(st.booleans(), label="caller holds a transaction")
+    with connect() as conn:
+        for name, table in TABLES.items():
+            if initial[name]:
+                conn.execute(table.insert(), list(initial[name].values()))
+        conn.commit()
+        if outer:
+            conn.begin()
+        backend = SqlBackend(conn, list(TABLES.values()))
+        assert isinstance(backend, Backend)
+        backend.begin()
+        h = Harness(conn, backend, initial, copy_model(initial))
+        h.check()
+        run_block(h, data, 0)
+        commit = data.draw(st.booleans(), label="commit")
+        if commit:
+            backend.commit()
+        else:
+            backend.rollback()
+        assert no_capture_left(conn)
+        if outer:
+            assert conn.in_transaction()
+            conn.commit()
+        assert not conn.in_transaction() or conn.get_transaction() is not None
+        assert h.contents() == (h.model if commit else initial)
+        if conn.in_transaction():
+            conn.rollback()
+
+
+def no_capture_left(conn: sa.Connection) -> bool:
+    """Commit and rollback remove the change log and the triggers."""
+    if conn.dialect.name == "sqlite":
+        leftovers = conn.exec_driver_sql("SELECT name FROM sqlite_temp_master").all()
+    else:
+        leftovers = conn.exec_driver_sql(
+            "SELECT tgname FROM pg_trigger WHERE tgname = 'sg_capture' "
+            f"UNION ALL SELECT tablename FROM pg_tables WHERE tablename = '{LOG}' "
+            "AND schemaname = current_schema()"
+        ).all()
+    return leftovers == []
+
+
+# -- examples ---------------------------------------------------------------------------------------
+def test_closing_a_savepoint_closes_the_ones_opened_after_it(connect: Any) -> None:
+    with connect() as conn:
+        backend = SqlBackend(conn, [items, stock])
+        backend.begin()
+        outer = backend.savepoint()
+        conn.execute(items.insert().values(id=1, name="a", active=True))
+        inner = backend.savepoint()
+        conn.execute(items.insert().values(id=2, name="b", active=True))
+        backend.rollback_to(outer)
+        for name in (outer, inner):
+            with pytest.raises(BackendError, match="unknown or closed savepoint"):
+                backend.changes(name)
+        assert conn.execute(sa.select(sa.func.count()).select_from(items)).scalar_one() == 0
+        assert backend.changes() == ChangeSet()
+        kept = backend.savepoint()
+        conn.execute(items.insert().values(id=3, name="c", active=False))
+        backend.savepoint()
+        conn.execute(items.insert().values(id=4, name="d", active=False))
+        backend.release(kept)
+        assert [c.key for c in backend.changes()] == ["3", "4"]
+        backend.rollback()
+
+
+def test_lifecycle_errors_are_clear(connect: Any) -> None:
+    with connect() as conn:
+        backend = SqlBackend(conn, [items])
+        with pytest.raises(BackendError, match=r"call begin\(\) first"):
+            backend.savepoint()
+        with pytest.raises(BackendError, match=r"call begin\(\) first"):
+            backend.changes()
+        backend.begin()
+        with pytest.raises(BackendError, match="already begun"):
+            backend.begin()
+        with pytest.raises(BackendError, match="unknown or closed savepoint 'nope'"):
+            backend.rollback_to("nope")
+        backend.rollback()
+        with pytest.raises(BackendError, match=r"call begin\(\) first"):
+            backend.commit()
+
+
+def test_a_table_without_primary_key_needs_a_key_function() -> None:
+    table = sa.Table("nokey", sa.MetaData(), sa.Column("v", sa.Integer))
+    with sqlite_connection() as conn, pytest.raises(BackendError, match="nokey has no primary key"):
+        SqlBackend(conn, [table])
+    with sqlite_connection() as conn:
+        table.create(conn)
+        backend = SqlBackend(conn, [table], keys={"nokey": lambda row: f"v={row['v']}"})
+        backend.begin()
+        conn.execute(table.insert().values(v=7))
+        assert [c.key for c in backend.changes()] == ["v=7"]
+        backend.rollback()
+
+
+def test_hidden_columns_stay_out_of_row_images(connect: Any) -> None:
+    with connect() as conn:
+        backend = SqlBackend(conn, [items], hidden={"meta", "price"})
+        backend.begin()
+        conn.execute(items.insert().values(id=1, name="a", price=2.5, active=True, meta={"x": 1}))
+        (change,) = backend.changes()
+        assert change.after == {"id": 1, "name": "a", "active": True}
+        backend.rollback()
+
+
+def test_float_images_are_exact(connect: Any) -> None:
+    """Row images carry the stored double exactly (SQLite's own JSON rendering keeps 15 digits)."""
+    values = [0.1 + 0.2, 123456789.12345679, 5e-324, 1.7976931348623157e308, -0.0, 2.0**53 + 2]
+    with connect() as conn:
+        backend = SqlBackend(conn, [items])
+        backend.begin()
+        for i, v in enumerate(values):
+            conn.execute(items.insert().values(id=i, name="f", price=v, active=False))
+        assert [c.after["price"] for c in backend.changes() if c.after] == values
+        backend.rollback()
+
+
+def test_query_is_read_only_and_sees_the_shadow_state(connect: Any) -> None:
+    with connect() as conn:
+        backend = SqlBackend(conn, [items])
+        backend.begin()
+        conn.execute(items.insert().values(id=1, name="50% off", price=1.0, active=True))
+        found = backend.query("SELECT id, name FROM items WHERE name LIKE '%off' AND id = :id", {"id": 1})
+        assert found == [{"id": 1, "name": "50% off"}]
+        for bad in ("DELETE FROM items", "SELECT 1; DELETE FROM items", "UPDATE items SET name = 'x'"):
+            with pytest.raises(SqlTextError):
+                backend.query(bad)
+        assert conn.execute(sa.select(sa.func.count()).select_from(items)).scalar_one() == 1
+        with pytest.raises(sa.exc.DBAPIError):
+            backend.query("SELECT nope FROM items")
+        assert backend.query("SELECT count(*) AS n FROM items") == [{"n": 1}]
+        assert [c.key for c in backend.changes()] == ["1"]
+        backend.rollback()

@@ -1,0 +1,414 @@
+"""The transaction extension end to end: ``shadowguard env serve --stdio`` subprocesses (SQLite and
+PostgreSQL state, both protocol eras) driven by GuardSession over RemoteBackend in a worker thread,
+compared with a local SqlBackend running the same calls; plus a minimal SQLAlchemy MCP server that
+participates through the helper in a few lines.
+
+The golden calls and hashes come from the answer key (tests may read it; the guard never does).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+import mcp.types as types
+import pytest
+import sqlalchemy as sa
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.server import Server
+from sqlalchemy.pool import StaticPool
+
+from benchmark.envs import Database, Domain, Environment
+from benchmark.envs.server import environment_state_hash, init_environment
+from benchmark.guarded import backend_for, executor_for, is_error_text, tool_infos
+from benchmark.tasks import BenchData, Task
+from guard.backend import Backend, BackendError
+from guard.checks import RuleText, SqlCheck
+from guard.effects import ToolInfo
+from guard.models import ChangeSet, Verdict
+from guard.policy import PolicyPack, PolicyPackModel
+from guard.session import GuardSession
+from guard.txext import (
+    BEGIN,
+    EXTENSION,
+    QUERY_REFUSED,
+    TX_META_KEY,
+    TX_STATE,
+    TX_UNKNOWN,
+    RemoteBackend,
+    TransactionError,
+    TransactionParticipant,
+    TxParams,
+    TxRequest,
+    advertises,
+    serialized,
+)
+
+DOMAIN = "sandbox_external_retail"
+T = TypeVar("T")
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+# -- reference: the same calls on a local SqlBackend ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reference:
+    task: Task
+    calls: list[tuple[str, dict[str, Any]]]
+    verdicts: list[Verdict]
+    call_changes: list[ChangeSet]
+    changes: ChangeSet
+    pending: ChangeSet
+    table: str
+    keys_after: list[Any]
+    init_hash: str
+    golden_hash: str
+
+
+def _writes(task: Task, retail: Domain) -> int:
+    return sum(retail.tools[c.tool].writes for c in task.answer.golden_tool_interactions if c.tool in retail.tools)
+
+
+@pytest.fixture(scope="module")
+def ref(retail: Domain, retail_tasks: list[Task], sqlite_db: Database) -> Reference:
+    task = next(t for t in retail_tasks if t.variant == "base" and _writes(t, retail) >= 2)
+    assert task.answer.expected is not None
+    calls = [(c.tool, dict(c.parameters)) for c in task.answer.golden_tool_interactions]
+    with Environment(retail, sqlite_db) as env:
+        env.apply_patch(task.data_patch)
+        init_hash = env.state_hash()
+        backend = backend_for(env)
+        session = GuardSession(backend, executor_for(env), tool_infos(env))
+        outcomes = [session.call(tool, args) for tool, args in calls]
+        changes = backend.changes()
+        table = next(c.table for c in changes if c.op in ("insert", "update"))
+        keys = [r["_key"] for r in backend.query(f"SELECT _key FROM {table} ORDER BY _seq")]  # noqa: S608
+        pending = session.pending_changes()
+        assert env.state_hash() == task.answer.expected.golden_db_hash
+        session.rollback()
+    return Reference(
+        task=task,
+        calls=calls,
+        verdicts=[o.verdict for o in outcomes],
+        call_changes=[o.changes for o in outcomes],
+        changes=changes,
+        pending=pending,
+        table=table,
+        keys_after=keys,
+        init_hash=init_hash,
+        golden_hash=task.answer.expected.golden_db_hash,
+    )
+
+
+# -- the participant as a subprocess --------------------------------------------------------------------
+
+
+def _command(*args: str) -> list[str]:
+    script = Path(sys.executable).with_name("shadowguard")
+    if script.is_file():
+        return [str(script), *args]
+    return [sys.executable, "-c", "from proxy.cli import main; main()", *args]
+
+
+@asynccontextmanager
+async def serve(bench: BenchData, database: Database, mode: str) -> AsyncIterator[Client]:
+    args = _command(
+        "env", "serve", "--domain", DOMAIN, "--data", str(bench.tasks_root), "--db", database.url, "--stdio"
+    )
+    params = StdioServerParameters(command=args[0], args=args[1:], env=dict(os.environ))
+    async with Client(params, mode=mode, read_timeout_seconds=60) as client:
+        yield client
+
+
+async def tool_info_map(client: Client) -> dict[str, ToolInfo]:
+    tools = (await client.list_tools()).tools
+    return {
+        t.name: ToolInfo(
+            name=t.name,
+            input_schema=t.input_schema,
+            annotations=t.annotations.model_dump(by_alias=True, exclude_none=True) if t.annotations else {},
+        )
+        for t in tools
+    }
+
+
+def blocking(func: Callable[..., Any], *args: Any) -> Any:
+    """Call an async function of the client from the worker thread the guard runs in."""
+    return anyio.from_thread.run(func, *args)
+
+
+def raw_tx(client: Client, method: str, tx: str, **fields: Any) -> Any:
+    params = TxParams.model_validate({"_meta": {TX_META_KEY: tx}, **fields})
+    return blocking(client.session.send_request, TxRequest(method=method, params=params), types.EmptyResult)
+
+
+# -- through GuardSession -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_guard_session_over_the_extension(
+    mode: str, bench: BenchData, database: Database, ref: Reference
+) -> None:
+    async with serve(bench, database, mode) as client:
+        assert advertises(client.server_capabilities)
+        assert await init_environment(client.session, task_id=ref.task.id) == ref.init_hash
+        tools = await tool_info_map(client)
+
+        def state_hash() -> str:
+            hashed: str = blocking(environment_state_hash, client.session)
+            return hashed
+
+        def scenario() -> str:
+            remote = RemoteBackend(client.session, timeout=60)
+            session = GuardSession(remote, remote.executor(is_error=is_error_text), tools)
+            assert remote.tx is not None
+            start = remote.savepoint()
+            outcomes = [session.call(tool, args) for tool, args in ref.calls]
+            assert [o.verdict for o in outcomes] == ref.verdicts
+            assert [o.changes for o in outcomes] == ref.call_changes
+            assert remote.changes() == ref.changes
+            assert remote.changes(start) == ref.changes
+            assert session.pending_changes() == ref.pending
+            assert state_hash() == ref.golden_hash
+
+            keys = remote.query(f"SELECT _key FROM {ref.table} ORDER BY _seq")  # noqa: S608
+            assert [r["_key"] for r in keys] == ref.keys_after
+            for sql in (f"DELETE FROM {ref.table}", f"SELECT 1; DELETE FROM {ref.table}"):  # noqa: S608
+                with pytest.raises(TransactionError) as refused:
+                    remote.query(sql)
+                assert refused.value.code == QUERY_REFUSED
+            with pytest.raises(TransactionError) as bad_column:
+                remote.query(f"SELECT no_such_column FROM {ref.table}")  # noqa: S608
+            assert bad_column.value.code == QUERY_REFUSED
+            assert state_hash() == ref.golden_hash
+
+            remote.rollback_to(start)
+            assert state_hash() == ref.init_hash
+            assert remote.changes() == ChangeSet()
+            with pytest.raises(TransactionError) as closed:
+                remote.rollback_to(start)
+            assert closed.value.code == TX_STATE
+
+            again = [session.call(tool, args) for tool, args in ref.calls]
+            assert [o.changes for o in again] == ref.call_changes
+            committed = session.commit()
+            assert committed.committed and committed.changes == ref.pending
+            assert remote.tx is None
+            assert state_hash() == ref.golden_hash
+            assert len(remote.__dict__) > 0
+            return outcomes[0].call.tool
+
+        await anyio.to_thread.run_sync(scenario)
+
+        # the committed transaction is over: a call naming it is refused before it runs
+        tool, args = next((t, a) for (t, a), v in zip(ref.calls, ref.verdicts, strict=True) if tools[t])
+        with pytest.raises(MCPError) as stale:
+            await client.call_tool(tool, args, meta={TX_META_KEY: "no-such-transaction"})
+        assert stale.value.code == TX_UNKNOWN
+        assert await environment_state_hash(client.session) == ref.golden_hash
+
+
+async def test_rollback_violations_and_refusals(bench: BenchData, sqlite_db: Database, ref: Reference) -> None:
+    write_index = next(i for i, c in enumerate(ref.call_changes) if c)
+    write_tool, write_args = ref.calls[write_index]
+    always = SqlCheck.compile(
+        "always_violated",
+        "after_call",
+        f"SELECT COUNT(*) AS n FROM {ref.table} HAVING COUNT(*) > 0",  # noqa: S608
+        RuleText(message="test rule: every write of this tool is refused"),
+        tools=[write_tool],
+    )
+    strict = PolicyPack(model=PolicyPackModel(name="strict"), checks=[always])
+
+    async with serve(bench, sqlite_db, "legacy") as client:
+        assert await init_environment(client.session, task_id=ref.task.id) == ref.init_hash
+        tools = await tool_info_map(client)
+
+        def state_hash() -> str:
+            hashed: str = blocking(environment_state_hash, client.session)
+            return hashed
+
+        def scenario() -> None:
+            # an after_call violation (the check queries through the extension) rolls the call back
+            remote = RemoteBackend(client.session)
+            session = GuardSession(remote, remote.executor(is_error=is_error_text), tools, strict)
+            for tool, args in ref.calls[:write_index]:
+                session.call(tool, args)
+            outcome = session.call(write_tool, write_args)
+            assert outcome.verdict is Verdict.ROLLED_BACK
+            assert outcome.changes == ref.call_changes[write_index]
+            assert [v.rule_id for v in outcome.violations] == ["always_violated"]
+            assert state_hash() == ref.init_hash
+            assert remote.changes() == ChangeSet()
+
+            # a kept write, then a session rollback
+            plain = GuardSession(RemoteBackend(client.session), executor_for_remote(client), tools)
+            with pytest.raises(TransactionError) as twice:
+                plain.backend.begin()
+            assert "already begun" in str(twice.value)
+            plain.rollback()
+            session.rollback()
+            kept = RemoteBackend(client.session)
+            kept_session = GuardSession(kept, kept.executor(is_error=is_error_text), tools)
+            for tool, args in ref.calls[: write_index + 1]:
+                kept_session.call(tool, args)
+            assert state_hash() != ref.init_hash
+            tx = kept.tx
+            assert tx is not None
+
+            # protocol errors change nothing
+            with pytest.raises(MCPError) as again:
+                raw_tx(client, BEGIN, tx)
+            assert again.value.code == TX_STATE
+            with pytest.raises(MCPError) as unknown_param:
+                raw_tx(client, "shadowguard/tx/savepoint", tx, name="x")
+            assert unknown_param.value.code == types.INVALID_PARAMS
+            assert "unknown parameter(s) ['name']" in unknown_param.value.message
+            with pytest.raises(MCPError) as other_tx:
+                raw_tx(client, "shadowguard/tx/changes", "someone-else")
+            assert other_tx.value.code == TX_UNKNOWN
+            before = state_hash()
+            with pytest.raises(MCPError) as stale_call:
+                blocking(_call_with_tx, client, write_tool, write_args, "someone-else")
+            assert stale_call.value.code == TX_UNKNOWN
+            assert state_hash() == before
+
+            kept_session.rollback()
+            assert kept.tx is None
+            assert state_hash() == ref.init_hash
+
+            # re-initialising the environment ends an open transaction, and says so
+            gone = RemoteBackend(client.session)
+            gone.begin()
+            gone.call_tool(write_tool, write_args)
+            blocking(_init, client, ref.task)
+            with pytest.raises(TransactionError) as replaced:
+                gone.savepoint()
+            assert replaced.value.code == TX_UNKNOWN
+            assert "replaced or closed" in str(replaced.value)
+            assert state_hash() == ref.init_hash
+
+        await anyio.to_thread.run_sync(scenario)
+
+
+def executor_for_remote(client: Client) -> Any:
+    def never(tool: str, arguments: Any) -> Any:
+        raise AssertionError("not called")
+
+    return never
+
+
+async def _call_with_tx(client: Client, tool: str, args: dict[str, Any], tx: str) -> types.CallToolResult:
+    return await client.call_tool(tool, args, meta={TX_META_KEY: tx})
+
+
+async def _init(client: Client, task: Task) -> str:
+    return await init_environment(client.session, task_id=task.id)
+
+
+# -- any SQLAlchemy server, in a few lines --------------------------------------------------------------
+
+metadata = sa.MetaData()
+items = sa.Table(
+    "items",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("name", sa.Text, nullable=False),
+)
+
+
+def minimal_server(participate: bool) -> tuple[Server[Any], sa.Connection]:
+    engine = sa.create_engine(
+        "sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False}
+    )
+    connection = engine.connect()
+    metadata.create_all(connection)
+    connection.commit()
+    backend: Backend = _ItemsBackend(connection)
+    access = serialized(backend)
+    tx = TransactionParticipant(session_key=lambda ctx: "main", access=access)
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        schema = {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}}
+        return types.ListToolsResult(tools=[types.Tool(name="add_item", input_schema=schema)])
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        name = tx.transaction_of(ctx)
+        args = params.arguments or {}
+
+        def run(backend: Backend) -> str:
+            tx.check_call("main", name, backend)
+            with connection.begin_nested() if connection.in_transaction() else connection.begin():
+                connection.execute(items.insert().values(id=args["id"], name=args["name"]))
+            return "added"
+
+        text = await access("main", run)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+
+    server: Server[Any] = Server("items", on_list_tools=list_tools, on_call_tool=call_tool)
+    if participate:
+        tx.install(server)
+    return server, connection
+
+
+def _ItemsBackend(connection: sa.Connection) -> Backend:
+    from guard.sql_backend import SqlBackend
+
+    return SqlBackend(connection, [items])
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_minimal_server_participates(mode: str) -> None:
+    server, connection = minimal_server(participate=True)
+    async with Client(server, mode=mode) as client:
+        assert advertises(client.server_capabilities)
+        caps = client.server_capabilities
+        assert EXTENSION in ((caps.extensions or {}) if mode == "auto" else (caps.experimental or {}))
+        tools = await tool_info_map(client)
+
+        def scenario() -> None:
+            remote = RemoteBackend(client.session)
+            session = GuardSession(remote, remote.executor(), tools)
+            first = session.call("add_item", {"id": 1, "name": "kept"})
+            assert first.verdict is Verdict.ALLOWED
+            assert [(c.table, c.key, c.op, c.after) for c in first.changes] == [
+                ("items", "1", "insert", {"id": 1, "name": "kept"})
+            ]
+            sp = remote.savepoint()
+            remote.call_tool("add_item", {"id": 2, "name": "undone"})
+            assert remote.query("SELECT COUNT(*) AS n FROM items") == [{"n": 2}]
+            remote.rollback_to(sp)
+            assert remote.query("SELECT name FROM items") == [{"name": "kept"}]
+            assert session.commit().committed
+
+        await anyio.to_thread.run_sync(scenario)
+    assert connection.execute(sa.select(items.c.name)).scalars().all() == ["kept"]
+    connection.close()
+
+
+async def test_non_participant_is_refused_clearly() -> None:
+    server, connection = minimal_server(participate=False)
+    async with Client(server, mode="legacy") as client:
+        assert not advertises(client.server_capabilities)
+
+        def scenario() -> None:
+            with pytest.raises(BackendError, match="does not participate"):
+                RemoteBackend(client.session).begin()
+
+        await anyio.to_thread.run_sync(scenario)
+    connection.close()
