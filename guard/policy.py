@@ -267,12 +267,14 @@ def load_policy(
     schema: Mapping[str, Sequence[str]] | None = None,
     tools: Sequence[str] | None = None,
     tool_arguments: Mapping[str, Collection[str]] | None = None,
+    domain: str | None = None,
 ) -> PolicyPack:
     """Load and validate a pack.
 
     ``schema`` (table -> columns) checks every SQL table and column, ``tools`` every tool name, and
     ``tool_arguments`` (tool -> input argument names) every ``:parameter`` a SQL check binds. Without
     them the pack is checked for everything else (syntax, model, read-only SQL, Python references).
+    ``domain`` is the domain the pack is loaded for; a pack that names another one is refused.
     """
     path = Path(path)
     where = str(path)
@@ -306,6 +308,7 @@ def load_policy(
         schema=schema,
         tools=tools,
         tool_arguments=tool_arguments,
+        domain=domain,
     )
 
 
@@ -318,6 +321,7 @@ def compile_pack(
     schema: Mapping[str, Sequence[str]] | None = None,
     tools: Sequence[str] | None = None,
     tool_arguments: Mapping[str, Collection[str]] | None = None,
+    domain: str | None = None,
 ) -> PolicyPack:
     """Cross-reference checks and compile the checks of a validated model (see :func:`load_policy`)."""
     where = str(path) if path is not None else model.name
@@ -328,6 +332,8 @@ def compile_pack(
         line = line if line is not None else _line(lines, loc)
         return PolicyError(f"{where}: line {line}: rule {rule}: {message}", file=where, rule=rule, line=line)
 
+    if domain is not None and model.domain is not None and model.domain != domain:
+        raise fail(("domain",), "domain", f"the pack is for domain {model.domain!r}, not {domain!r}")
     seen: set[str] = set()
     for section in ("checks", "approvals"):
         for i, rule in enumerate(getattr(model, section)):

@@ -7,11 +7,12 @@ only place where ``proxy`` reaches into ``benchmark``: composing the command lin
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from guard.policy import PolicyError, PolicyPack, load_policy
+if TYPE_CHECKING:
+    from guard.policy import PolicyPack
 
 app = typer.Typer(help="shadowguard: guardrail middleware for live AI agents.", no_args_is_help=True)
 
@@ -45,11 +46,14 @@ def check(
         str | None,
         typer.Option(
             "--data",
-            help="Benchmark data (with --domain; default: $SHADOWGUARD_BENCH_DATA, else ../shared/thinkingbox-bench).",
+            help="Benchmark data for --domain (default: $SHADOWGUARD_BENCH_DATA, "
+            "else ../shared/thinkingbox-bench).",
         ),
     ] = None,
 ) -> None:
-    """Load and validate a policy pack (see docs/policies.md). Exit 0 if valid, 1 with file, rule and line if not."""
+    """Load and validate a policy pack (docs/policies.md); exit 1 naming file, rule and line if invalid."""
+    from guard.policy import PolicyError, load_policy
+
     schema: dict[str, list[str]] | None = None
     tools: list[str] | None = None
     arguments: dict[str, set[str]] | None = None
@@ -70,13 +74,7 @@ def check(
         tools = list(loaded.tools)
         arguments = {name: set(t.input_schema.get("properties", {})) for name, t in loaded.tools.items()}
     try:
-        policy = load_policy(pack, schema=schema, tools=tools, tool_arguments=arguments)
-        if domain is not None and policy.model.domain not in (None, domain):
-            raise PolicyError(
-                f"{pack}: line 1: pack: the pack is for domain {policy.model.domain!r}, not {domain!r}",
-                file=str(pack),
-                line=1,
-            )
+        policy = load_policy(pack, schema=schema, tools=tools, tool_arguments=arguments, domain=domain)
     except PolicyError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
@@ -84,9 +82,11 @@ def check(
 
 
 def _summary(path: Path, policy: PolicyPack, domain: str | None) -> str:
+    from guard.checks import PHASES
+
     model = policy.model
     phases = [c.phase for c in policy.checks]
-    counts = ", ".join(f"{phases.count(p)} {p}" for p in ("before_call", "after_call", "at_commit"))
+    counts = ", ".join(f"{phases.count(p)} {p}" for p in PHASES)
     allowed = "all tools" if model.tools.allow is None else f"{len(model.tools.allow)} tools"
     against = (
         f"checked against {domain}" if domain else "no --domain: tables, columns and tool names not checked"

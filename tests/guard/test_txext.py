@@ -36,6 +36,7 @@ from guard.effects import ToolInfo
 from guard.models import ChangeSet, Verdict
 from guard.policy import PolicyPack, PolicyPackModel
 from guard.session import GuardSession
+from guard.sql_backend import SqlBackend
 from guard.txext import (
     BEGIN,
     EXTENSION,
@@ -79,9 +80,15 @@ class Reference:
     init_hash: str
     golden_hash: str
 
+    @property
+    def write_index(self) -> int:
+        return next(i for i, c in enumerate(self.call_changes) if c)
+
 
 def _writes(task: Task, retail: Domain) -> int:
-    return sum(retail.tools[c.tool].writes for c in task.answer.golden_tool_interactions if c.tool in retail.tools)
+    return sum(
+        retail.tools[c.tool].writes for c in task.answer.golden_tool_interactions if c.tool in retail.tools
+    )
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +104,7 @@ def ref(retail: Domain, retail_tasks: list[Task], sqlite_db: Database) -> Refere
         outcomes = [session.call(tool, args) for tool, args in calls]
         changes = backend.changes()
         table = next(c.table for c in changes if c.op in ("insert", "update"))
-        keys = [r["_key"] for r in backend.query(f"SELECT _key FROM {table} ORDER BY _seq")]  # noqa: S608
+        keys = [r["_key"] for r in backend.query(f"SELECT _key FROM {table} ORDER BY _seq")]
         pending = session.pending_changes()
         assert env.state_hash() == task.answer.expected.golden_db_hash
         session.rollback()
@@ -173,7 +180,7 @@ async def test_guard_session_over_the_extension(
             hashed: str = blocking(environment_state_hash, client.session)
             return hashed
 
-        def scenario() -> str:
+        def scenario() -> None:
             remote = RemoteBackend(client.session, timeout=60)
             session = GuardSession(remote, remote.executor(is_error=is_error_text), tools)
             assert remote.tx is not None
@@ -186,14 +193,14 @@ async def test_guard_session_over_the_extension(
             assert session.pending_changes() == ref.pending
             assert state_hash() == ref.golden_hash
 
-            keys = remote.query(f"SELECT _key FROM {ref.table} ORDER BY _seq")  # noqa: S608
+            keys = remote.query(f"SELECT _key FROM {ref.table} ORDER BY _seq")
             assert [r["_key"] for r in keys] == ref.keys_after
-            for sql in (f"DELETE FROM {ref.table}", f"SELECT 1; DELETE FROM {ref.table}"):  # noqa: S608
+            for sql in (f"DELETE FROM {ref.table}", f"SELECT 1; DELETE FROM {ref.table}"):
                 with pytest.raises(TransactionError) as refused:
                     remote.query(sql)
                 assert refused.value.code == QUERY_REFUSED
             with pytest.raises(TransactionError) as bad_column:
-                remote.query(f"SELECT no_such_column FROM {ref.table}")  # noqa: S608
+                remote.query(f"SELECT no_such_column FROM {ref.table}")
             assert bad_column.value.code == QUERY_REFUSED
             assert state_hash() == ref.golden_hash
 
@@ -204,32 +211,33 @@ async def test_guard_session_over_the_extension(
                 remote.rollback_to(start)
             assert closed.value.code == TX_STATE
 
+            committed_tx = remote.tx
             again = [session.call(tool, args) for tool, args in ref.calls]
             assert [o.changes for o in again] == ref.call_changes
             committed = session.commit()
             assert committed.committed and committed.changes == ref.pending
             assert remote.tx is None
             assert state_hash() == ref.golden_hash
-            assert len(remote.__dict__) > 0
-            return outcomes[0].call.tool
+
+            # the committed transaction is over: a call naming it is refused before it runs
+            tool, args = ref.calls[ref.write_index]
+            with pytest.raises(MCPError) as stale:
+                blocking(_call_with_tx, client, tool, args, committed_tx)
+            assert stale.value.code == TX_UNKNOWN
+            assert state_hash() == ref.golden_hash
 
         await anyio.to_thread.run_sync(scenario)
 
-        # the committed transaction is over: a call naming it is refused before it runs
-        tool, args = next((t, a) for (t, a), v in zip(ref.calls, ref.verdicts, strict=True) if tools[t])
-        with pytest.raises(MCPError) as stale:
-            await client.call_tool(tool, args, meta={TX_META_KEY: "no-such-transaction"})
-        assert stale.value.code == TX_UNKNOWN
-        assert await environment_state_hash(client.session) == ref.golden_hash
 
-
-async def test_rollback_violations_and_refusals(bench: BenchData, sqlite_db: Database, ref: Reference) -> None:
-    write_index = next(i for i, c in enumerate(ref.call_changes) if c)
+async def test_rollback_violations_and_refusals(
+    bench: BenchData, sqlite_db: Database, ref: Reference
+) -> None:
+    write_index = ref.write_index
     write_tool, write_args = ref.calls[write_index]
     always = SqlCheck.compile(
         "always_violated",
         "after_call",
-        f"SELECT COUNT(*) AS n FROM {ref.table} HAVING COUNT(*) > 0",  # noqa: S608
+        f"SELECT COUNT(*) AS n FROM {ref.table} HAVING COUNT(*) > 0",
         RuleText(message="test rule: every write of this tool is refused"),
         tools=[write_tool],
     )
@@ -257,11 +265,6 @@ async def test_rollback_violations_and_refusals(bench: BenchData, sqlite_db: Dat
             assert remote.changes() == ChangeSet()
 
             # a kept write, then a session rollback
-            plain = GuardSession(RemoteBackend(client.session), executor_for_remote(client), tools)
-            with pytest.raises(TransactionError) as twice:
-                plain.backend.begin()
-            assert "already begun" in str(twice.value)
-            plain.rollback()
             session.rollback()
             kept = RemoteBackend(client.session)
             kept_session = GuardSession(kept, kept.executor(is_error=is_error_text), tools)
@@ -306,13 +309,6 @@ async def test_rollback_violations_and_refusals(bench: BenchData, sqlite_db: Dat
         await anyio.to_thread.run_sync(scenario)
 
 
-def executor_for_remote(client: Client) -> Any:
-    def never(tool: str, arguments: Any) -> Any:
-        raise AssertionError("not called")
-
-    return never
-
-
 async def _call_with_tx(client: Client, tool: str, args: dict[str, Any], tx: str) -> types.CallToolResult:
     return await client.call_tool(tool, args, meta={TX_META_KEY: tx})
 
@@ -333,13 +329,11 @@ items = sa.Table(
 
 
 def minimal_server(participate: bool) -> tuple[Server[Any], sa.Connection]:
-    engine = sa.create_engine(
-        "sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False}
-    )
+    engine = sa.create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
     connection = engine.connect()
     metadata.create_all(connection)
     connection.commit()
-    backend: Backend = _ItemsBackend(connection)
+    backend = SqlBackend(connection, [items])
     access = serialized(backend)
     tx = TransactionParticipant(session_key=lambda ctx: "main", access=access)
 
@@ -364,12 +358,6 @@ def minimal_server(participate: bool) -> tuple[Server[Any], sa.Connection]:
     if participate:
         tx.install(server)
     return server, connection
-
-
-def _ItemsBackend(connection: sa.Connection) -> Backend:
-    from guard.sql_backend import SqlBackend
-
-    return SqlBackend(connection, [items])
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
