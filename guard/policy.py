@@ -4,9 +4,11 @@ A pack names the tool allowlist and effect classes, the checks (SQL or Python), 
 overrides and compensating tools. Every rule cites the policy text it enforces (``source``). Rules
 read state, never the agent's call history, and never name a benchmark task or a record id.
 
-Loading validates everything up front: YAML syntax, the model, SQL (one read-only SELECT whose tables
-and columns exist in the domain), Python references. Errors name the file, the rule and the line.
-See docs/policies.md for the format.
+Loading validates everything up front, so that a typo fails at load time rather than turning a rule
+into one that silently never fires: YAML syntax (duplicate keys included), the model, SQL (one
+read-only SELECT whose tables and columns exist in the domain; every ``:parameter`` an argument of
+each tool the check lists), tool names, Python references. Errors name the file, the rule and the
+line (inside a ``sql: |`` block, the line of the offending table or column). See docs/policies.md.
 """
 
 from __future__ import annotations
@@ -165,6 +167,12 @@ class PolicyPack:
     ) -> ApprovalRule | None:
         return next((r for r in self.model.approvals if r.matches(tool, effect, arguments)), None)
 
+    def retry_for(self, tool: str) -> RetryRule | None:
+        return next((r for r in self.model.retry if r.tool == tool), None)
+
+    def compensation_for(self, tool: str) -> Compensation | None:
+        return self.model.tools.compensations.get(tool)
+
 
 EMPTY = PolicyPack(model=PolicyPackModel(name="empty"))
 
@@ -194,7 +202,7 @@ def _compose(text: str, where: str) -> tuple[Any, _Located]:
         raise PolicyError(f"{where}: line {line}: invalid YAML: {problem}", file=where, line=line) from exc
 
     def walk(n: yaml.Node, at: _Loc) -> None:
-        located.lines[at] = n.start_mark.line + 1
+        located.lines.setdefault(at, n.start_mark.line + 1)  # a key's own line wins over its value's
         if isinstance(n, yaml.MappingNode):
             seen: set[Any] = set()
             for k, v in n.value:
@@ -410,8 +418,8 @@ def _check_compensation_arguments(
     model: PolicyPackModel, tool_arguments: Mapping[str, Collection[str]], fail: _Fail
 ) -> None:
     for original, comp in model.tools.compensations.items():
-        loc = ("tools", "compensations", original, "arguments")
         for target, taken_from in comp.arguments.items():
+            loc = ("tools", "compensations", original, "arguments", target)
             if comp.tool in tool_arguments and target not in tool_arguments[comp.tool]:
                 raise fail(loc, "tools.compensations", f"{comp.tool} has no argument {target!r}")
             if original in tool_arguments and taken_from not in tool_arguments[original]:

@@ -4,6 +4,9 @@
           →  savepoint  →  execute  →  change set  →  after_call checks  →  keep (release) | roll back
     commit →  at_commit checks on the net change set  →  commit | refuse with violations
 
+On a backend that cannot roll back (``transactional = False``, e.g. JournalBackend) there is no
+rehearsal: an irreversible or approval-matched call is held before it is forwarded.
+
 The session is transport-independent: the benchmark drives it in-process, the proxy drives it from
 MCP requests. Nothing here reads a benchmark answer key.
 """

@@ -50,6 +50,13 @@ def _prepared(sql: str, dialect: str) -> str:
     return transpile(tree, dialect)
 
 
+_REAL_TEXT = "sg_real_text"
+
+
+def _real_text(value: object) -> object:
+    return repr(value) if isinstance(value, float) else value
+
+
 def _primary_key(table: sa.Table) -> KeyFn:
     names = [c.name for c in table.primary_key.columns]
     if not names:
@@ -126,10 +133,16 @@ class SqlBackend:
         self._session.rollback()
         self._session = None
         self._savepoints.clear()
-        self._uninstall()
-        if self._outer is not None:
-            self._outer.rollback()
-            self._outer = None
+        if self._outer is None:
+            self._uninstall()
+            return
+        self._outer.rollback()
+        self._outer = None
+        if self.dialect == "sqlite":
+            # pysqlite's default (deferred BEGIN) runs the trigger DDL outside the transaction, so
+            # the rollback above may not have removed it; drop what is left and end that statement.
+            self._uninstall()
+            self.connection.commit()
 
     # -- savepoints -----------------------------------------------------------------------------
     def savepoint(self) -> str:
@@ -138,21 +151,24 @@ class SqlBackend:
         self._savepoints[name] = (self.connection.begin_nested(), self._mark())
         return name
 
-    def _pop(self, savepoint: str) -> sa.NestedTransaction:
-        try:
-            nested, _ = self._savepoints.pop(savepoint)
-        except KeyError:
-            raise BackendError(f"unknown or closed savepoint {savepoint!r}") from None
-        # savepoints nest: closing one closes those opened after it
-        for later in [n for n in self._savepoints if int(n[2:]) > int(savepoint[2:])]:
-            del self._savepoints[later]
-        return nested
+    def _close(self, savepoint: str, keep: bool) -> None:
+        if savepoint not in self._savepoints:
+            raise BackendError(f"unknown or closed savepoint {savepoint!r}")
+        # Savepoints nest: closing one closes those opened after it, innermost first, so that
+        # SQLAlchemy's own stack of nested transactions stays in step with the database's.
+        order = sorted(self._savepoints, key=lambda n: int(n[2:]), reverse=True)
+        for name in order[: order.index(savepoint) + 1]:
+            nested, _ = self._savepoints.pop(name)
+            if keep:
+                nested.commit()
+            else:
+                nested.rollback()
 
     def rollback_to(self, savepoint: str) -> None:
-        self._pop(savepoint).rollback()
+        self._close(savepoint, keep=False)
 
     def release(self, savepoint: str) -> None:
-        self._pop(savepoint).commit()
+        self._close(savepoint, keep=True)
 
     # -- changes --------------------------------------------------------------------------------
     def _mark(self) -> int:
@@ -180,6 +196,11 @@ class SqlBackend:
             after_row = self._image(table, after)
             key_fn = self.keys[table]
             key = key_fn(after_row if after_row is not None else before_row or {})
+            if op == "update" and before_row is not None and (old_key := key_fn(before_row)) != key:
+                # A row whose key changed is another row as far as a change set is concerned.
+                out.append(RowChange(table=table, key=old_key, op="delete", before=before_row))
+                out.append(RowChange(table=table, key=key, op="insert", after=after_row))
+                continue
             out.append(RowChange(table=table, key=key, op=op, before=before_row, after=after_row))
         return ChangeSet(changes=out)
 
@@ -237,6 +258,12 @@ class SqlBackend:
 
     def _install_sqlite(self) -> None:
         run = self.connection.exec_driver_sql
+        # SQLite renders REAL values in JSON with 15 significant digits; the row images must carry the
+        # stored double exactly, so float columns go through Python's shortest round-trip repr.
+        raw = self.connection.connection.dbapi_connection
+        if raw is None:
+            raise BackendError("the SQLite connection is closed")
+        raw.create_function(_REAL_TEXT, 1, _real_text, deterministic=True)
         run(
             f"CREATE TEMP TABLE IF NOT EXISTS {LOG} "
             "(id INTEGER PRIMARY KEY AUTOINCREMENT, tbl TEXT NOT NULL, op TEXT NOT NULL, "
@@ -250,6 +277,8 @@ class SqlBackend:
                     value = f'{alias}."{c.name}"'
                     if isinstance(c.type, sa.JSON):
                         value = f"json({value})"
+                    elif isinstance(c.type, sa.Float | sa.Double):
+                        value = f"{_REAL_TEXT}({value})"
                     parts.append(f"'{c.name}', {value}")
                 return f"json_object({', '.join(parts)})"
 

@@ -33,7 +33,7 @@ def _mount_benchmark() -> None:
 
 @app.command("check")
 def check(
-    pack: Annotated[Path, typer.Argument(help="Policy pack YAML file.", show_default=False)],
+    pack: Annotated[Path, typer.Argument(help="Policy pack YAML file.", metavar="PACK", show_default=False)],
     domain: Annotated[
         str | None,
         typer.Option(
@@ -93,8 +93,8 @@ def _summary(path: Path, policy: PolicyPack, domain: str | None) -> str:
     )
     return (
         f"{path}: ok: pack {model.name!r}: {len(policy.checks)} checks ({counts}), "
-        f"{len(model.approvals)} approval rules, {len(model.retry)} retry overrides, "
-        f"{len(model.tools.effects)} effect classes, {allowed} allowed; {against}"
+        f"approval rules {len(model.approvals)}, retry overrides {len(model.retry)}, "
+        f"effect classes {len(model.tools.effects)}, {allowed} allowed; {against}"
     )
 
 

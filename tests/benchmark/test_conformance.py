@@ -18,7 +18,8 @@ def test_cli_conformance_of_all_domains_on_sqlite(bench: BenchData) -> None:
     _mount_benchmark()
     result = CliRunner().invoke(app, ["bench", "conformance", "--data", str(bench.bundle)])
     last = result.output.strip().splitlines()[-1]
-    assert last == "conformance: init 507/507 golden 507/507 responses 3102/3102 probes 17444/17444", result.output
+    expected = "conformance: init 507/507 golden 507/507 responses 3102/3102 probes 17444/17444"
+    assert last == expected, result.output
     assert result.exit_code == 0
 
 
