@@ -11,8 +11,8 @@ setup:
 	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev]"
 
 lint:
-	$(BIN)/ruff check guard proxy benchmark tests
-	$(BIN)/ruff format --check guard proxy benchmark tests
+	$(BIN)/ruff check guard proxy benchmark tests policies
+	$(BIN)/ruff format --check guard proxy benchmark tests policies
 
 typecheck:
 	$(BIN)/mypy

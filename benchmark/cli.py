@@ -228,7 +228,7 @@ def replay_command(
 ) -> None:
     """Replay every task's golden calls and commit; count tasks that end in the reference golden state."""
     from benchmark.replay import Through, replay
-    from guard.policy import EMPTY, PolicyError, load_policy
+    from guard.policy import EMPTY, PolicyError
 
     console = Console()
     if through not in ("guard", "off"):
@@ -242,11 +242,10 @@ def replay_command(
         packs = {d: EMPTY for d in domains}
         if policy is not None:
             from benchmark.envs import load_domain
+            from benchmark.guarded import load_domain_policy
 
             for d in domains:
-                dom = load_domain(d, bench.bundle)
-                schema = {name: list(spec.field_names) for name, spec in dom.tables.items()}
-                packs[d] = load_policy(policy, schema=schema, tools=list(dom.tools))
+                packs[d] = load_domain_policy(policy, load_domain(d, bench.bundle))
     except (EnvError, ValueError, PolicyError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from benchmark.envs import Environment
+from benchmark.envs import Domain, Environment
 from benchmark.envs.hashing import stable_rows
 from benchmark.envs.store import KEY, SEQ
 from guard.checks import CheckContext, RuleText
 from guard.effects import ToolInfo
 from guard.models import ChangeSet, Violation
+from guard.policy import PolicyPack, load_policy
 from guard.session import ToolResult
 from guard.sql_backend import SqlBackend
 
@@ -100,3 +102,14 @@ class GoldenStateCheck:
         if self.env.state_hash() == self.golden_hash:
             return []
         return [Violation(rule_id=self.id, message=self.text.message)]
+
+
+def load_domain_policy(path: str | Path, domain: Domain) -> PolicyPack:
+    """Load a policy pack validated against a domain: tables and columns, tool names, tool arguments."""
+    return load_policy(
+        path,
+        schema={name: list(spec.field_names) for name, spec in domain.tables.items()},
+        tools=list(domain.tools),
+        tool_arguments={name: set(t.input_schema.get("properties", {})) for name, t in domain.tools.items()},
+        domain=domain.name,
+    )

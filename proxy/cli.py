@@ -54,31 +54,29 @@ def check(
     """Load and validate a policy pack (docs/policies.md); exit 1 naming file, rule and line if invalid."""
     from guard.policy import PolicyError, load_policy
 
-    schema: dict[str, list[str]] | None = None
-    tools: list[str] | None = None
-    arguments: dict[str, set[str]] | None = None
-    if domain is not None:
-        from benchmark.envs import DOMAINS, EnvError, load_domain
-        from benchmark.tasks import resolve_data
-
-        if domain not in DOMAINS:
-            raise typer.BadParameter(
-                f"unknown domain {domain!r}; implemented: {', '.join(sorted(DOMAINS))}", param_hint="--domain"
-            )
-        try:
-            loaded = load_domain(domain, resolve_data(data).bundle)
-        except (EnvError, ValueError) as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from exc
-        schema = {name: list(spec.field_names) for name, spec in loaded.tables.items()}
-        tools = list(loaded.tools)
-        arguments = {name: set(t.input_schema.get("properties", {})) for name, t in loaded.tools.items()}
     try:
-        policy = load_policy(pack, schema=schema, tools=tools, tool_arguments=arguments, domain=domain)
+        policy = load_policy(pack) if domain is None else _load_against_domain(pack, domain, data)
     except PolicyError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
     typer.echo(_summary(pack, policy, domain))
+
+
+def _load_against_domain(pack: Path, domain: str, data: str | None) -> PolicyPack:
+    from benchmark.envs import DOMAINS, EnvError, load_domain
+    from benchmark.guarded import load_domain_policy
+    from benchmark.tasks import resolve_data
+
+    if domain not in DOMAINS:
+        raise typer.BadParameter(
+            f"unknown domain {domain!r}; implemented: {', '.join(sorted(DOMAINS))}", param_hint="--domain"
+        )
+    try:
+        loaded = load_domain(domain, resolve_data(data).bundle)
+    except (EnvError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    return load_domain_policy(pack, loaded)
 
 
 def _summary(path: Path, policy: PolicyPack, domain: str | None) -> str:

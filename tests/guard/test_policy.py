@@ -560,6 +560,74 @@ def test_example_pack_loads_with_and_without_a_domain(retail: Domain) -> None:
     rule = checked.approval_for("create_refund", EffectClass.IRREVERSIBLE, {"amount": 900})
     assert rule is not None and rule.id == "example.large_refunds"
     assert checked.approval_for("create_refund", EffectClass.IRREVERSIBLE, {"amount": 80}) is None
+    retry = checked.retry_for("get_order")
+    assert retry is not None and (retry.max_attempts, retry.idempotent) == (3, True)
+    assert checked.retry_for("cancel_order") is None
+
+
+def test_a_pack_with_every_section_loads(tmp_path: Path) -> None:
+    (tmp_path / "rules.py").write_text("def nothing(ctx):\n    return []\n", encoding="utf-8")
+    path = _write(
+        tmp_path,
+        """
+        version: 1
+        name: full
+        domain: shop
+        description: every key once
+        module: rules.py
+        tools:
+          allow: [get_order, cancel_order, create_refund, void_refund]
+          effects: {get_order: read, cancel_order: irreversible, create_refund: write}
+          compensations:
+            create_refund:
+              tool: void_refund
+              arguments: {refund_id: order_id}
+        checks:
+          - id: open-orders-only
+            phase: before_call
+            tools: [cancel_order]
+            source: {ref: "Shop policy §1", quote: "Only open orders can be cancelled."}
+            message: Only open orders can be cancelled.
+            hint: Check the order status first.
+            sql: SELECT o.id FROM orders AS o WHERE o.id = :order_id AND o.status <> 'open'
+          - id: python-after
+            phase: after_call
+            tools: [create_refund]
+            source: {ref: "Shop policy §2"}
+            message: m
+            python: nothing
+          - id: refunds-cover
+            phase: at_commit
+            source: {ref: "Shop policy §3"}
+            message: m
+            sql: SELECT r.order_id FROM refunds AS r GROUP BY r.order_id HAVING SUM(r.amount) < 0
+        approvals:
+          - id: big
+            tools: [create_refund]
+            argument: amount
+            above: 100
+            source: {ref: "Shop policy §4"}
+          - id: all-irreversible
+            effect: irreversible
+            source: {ref: "Shop policy §5"}
+        retry:
+          - {tool: get_order, max_attempts: 3, idempotent: true}
+        """,
+    )
+    pack = load_policy(path, schema=SCHEMA, tools=list(ARGUMENTS), tool_arguments=ARGUMENTS, domain="shop")
+    assert [(c.id, c.phase) for c in pack.checks] == [
+        ("open-orders-only", "before_call"),
+        ("python-after", "after_call"),
+        ("refunds-cover", "at_commit"),
+    ]
+    compensation = pack.compensation_for("create_refund")
+    assert compensation is not None and compensation.tool == "void_refund"
+    assert compensation.arguments == {"refund_id": "order_id"}
+    big = pack.approval_for("create_refund", EffectClass.WRITE, {"amount": 150})
+    assert big is not None and big.id == "big"
+    held = pack.approval_for("cancel_order", EffectClass.IRREVERSIBLE, {"order_id": "o1"})
+    assert held is not None and held.id == "all-irreversible"
+    assert pack.approval_for("create_refund", EffectClass.WRITE, {"amount": True}) is None
 
 
 def test_retail_pack_loads_against_its_domain(retail_pack: PolicyPack, retail: Domain) -> None:
