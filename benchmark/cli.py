@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated
 
 import anyio
@@ -15,7 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from benchmark.conformance import ConformanceRun, DomainResult, select_tasks
 from benchmark.envs import DOMAINS, Database, EnvError, load_domain
-from benchmark.tasks import resolve_data
+from benchmark.tasks import BenchData, Task, resolve_data
 
 bench_app = typer.Typer(help="Benchmark ThinkingBox-Bench environments and the guard.", no_args_is_help=True)
 env_app = typer.Typer(help="Serve a benchmark domain as an MCP tool server.", no_args_is_help=True)
@@ -169,6 +170,25 @@ def perf(
     data: DataOpt = None,
     db: DbOpt = None,
     repeat: Annotated[int, typer.Option(min=1, help="Measured passes (after one warm-up pass).")] = 3,
+    guard_core: Annotated[
+        bool,
+        typer.Option(
+            "--guard-core",
+            help="Time each golden call directly and through the guard core (savepoint, change set, "
+            "checks) in the same run, instead of the grading step.",
+        ),
+    ] = False,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Only the first N tasks of each domain.")
+    ] = None,
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            "--policy",
+            help="With --guard-core: the pack whose checks are timed (default: policies/<domain>/policy.yaml "
+            "under the current directory, where it exists).",
+        ),
+    ] = None,
 ) -> None:
     """Time the grading step per task (init + golden replay + hash) beside the reference's figure."""
     from benchmark.perf import REFERENCE_INIT_MS, REFERENCE_MS_PER_TASK, measure_envs
@@ -178,10 +198,15 @@ def perf(
     try:
         bench = resolve_data(data)
         database = Database(db)
-        grouped = select_tasks(bench, domains)
+        grouped = {d: ts[:limit] for d, ts in select_tasks(bench, domains).items()}
     except (EnvError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
+    if guard_core:
+        _perf_guard_core(console, bench, database, grouped, policy, repeat)
+        return
+    if policy is not None:
+        raise typer.BadParameter("only used with --guard-core", param_hint="--policy")
     table = RichTable(title=f"environment grading step per task ({database.dialect}, median of {repeat})")
     for col in ("domain", "tasks", "init ms", "replay ms", "hash ms", "total ms", "tasks/s", "× reference"):
         table.add_column(col)
@@ -209,6 +234,99 @@ def perf(
     print(f"perf: {total:.2f} ms/task, {1000 / total:.0f} tasks/s, {total / ((lo + hi) / 2):.2f}x reference")
 
 
+def _perf_guard_core(
+    console: Console,
+    bench: BenchData,
+    database: Database,
+    grouped: dict[str, list[Task]],
+    policy: str | None,
+    repeat: int,
+) -> None:
+    from benchmark.guarded import load_domain_policy
+    from benchmark.perf import GuardCorePerf, measure_guard_core
+    from guard.policy import PolicyError, PolicyPack
+
+    packs: dict[str, tuple[PolicyPack, str] | None] = {}
+    try:
+        for d in grouped:
+            path = Path(policy) if policy is not None else Path("policies") / d / "policy.yaml"
+            if policy is None and not path.is_file():
+                packs[d] = None
+                continue
+            packs[d] = (load_domain_policy(path, load_domain(d, bench.bundle)), str(path))
+    except (EnvError, PolicyError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    results: list[GuardCorePerf] = []
+    with Progress(
+        TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True
+    ) as progress:
+        for d, ts in grouped.items():
+            bar = progress.add_task(f"{d}: {len(ts)} tasks × {repeat + 1} passes")
+            chosen = packs[d]
+            results.append(
+                measure_guard_core(
+                    bench,
+                    database,
+                    d,
+                    ts,
+                    chosen[0] if chosen else None,
+                    repeat,
+                    pack_name=chosen[1] if chosen else None,
+                )
+            )
+            progress.remove_task(bar)
+    database.dispose()
+
+    table = RichTable(
+        title=f"guard core per call ({database.dialect}, µs, median over calls of the median of {repeat} "
+        "passes; +µs and × against the same call made directly)"
+    )
+    table.add_column("domain", no_wrap=True)
+    for col in ("calls", "n", "direct", "+shadow", "×", "+guard", "×", "+pack", "×", "checks", "session"):
+        table.add_column(col, justify="right")
+    for r in results:
+        for kind in ("write", "read"):
+            k = r.write if kind == "write" else r.read
+            if not k.calls:
+                continue
+            row = [r.domain if kind == "write" else "", kind, str(k.calls), f"{k.us['direct']:.0f}"]
+            for variant in ("shadow", "guard", "pack"):
+                if variant in k.overhead_us:
+                    row += [f"{k.overhead_us[variant]:+.0f}", f"{k.ratio[variant]:.2f}"]
+                else:
+                    row += ["-", "-"]
+            row += [
+                str(r.checks) if r.pack and kind == "write" else "",
+                f"{r.session_us:.0f}" if kind == "write" else "",
+            ]
+            table.add_row(*row)
+    Console(width=max(console.width, 132)).print(table)
+    console.print(
+        "shadow: SqlBackend savepoint + the call + changes() + release. guard: GuardSession.call with the "
+        "empty pack. pack: GuardSession.call with the domain's pack. session: GuardSession begin "
+        "(capture triggers installed) + commit (removed), µs per task.",
+        highlight=False,
+    )
+    for r in results:
+        if r.pack:
+            console.print(
+                f"{r.domain}: pack {r.pack} ({r.checks} checks); golden calls not allowed by it: "
+                f"{r.pack_not_allowed}",
+                highlight=False,
+            )
+    for r in results:
+        w = r.write
+        if not w.calls:
+            continue
+        pack = f"; with pack +{w.overhead_us['pack']:.0f} µs ×{w.ratio['pack']:.2f}" if "pack" in w.us else ""
+        print(
+            f"perf guard-core {r.domain} ({r.dialect}): write call {w.us['direct']:.0f} µs direct, "
+            f"+{w.overhead_us['guard']:.0f} µs ×{w.ratio['guard']:.2f} through the guard{pack}; "
+            f"session {r.session_us:.0f} µs"
+        )
+
+
 def _advance(progress: Progress, bar: TaskID) -> Callable[[object], None]:
     return lambda _report: progress.advance(bar)
 
@@ -225,15 +343,29 @@ def replay_command(
         str | None, typer.Option("--policy", help="Policy pack YAML (default: empty pack).")
     ] = None,
     show: Annotated[int, typer.Option(help="Tasks with problems to list.")] = 10,
+    faults: Annotated[
+        str | None,
+        typer.Option(
+            "--faults",
+            help="Inject upstream faults, seeded per task: kind=rate pairs, e.g. transient=0.2,429=0.05 "
+            "(kinds: transient, timeout, drop, refused, 5xx, 503, 429, slow; see docs/errors.md).",
+        ),
+    ] = None,
+    fault_seed: Annotated[int, typer.Option("--fault-seed", help="Seed of the injected faults.")] = 0,
 ) -> None:
     """Replay every task's golden calls and commit; count tasks that end in the reference golden state."""
     from benchmark.replay import Through, replay
+    from guard.faults import FaultPlan, FaultSpecError
     from guard.policy import EMPTY, PolicyError
 
     console = Console()
     if through not in ("guard", "off"):
         raise typer.BadParameter("use guard or off", param_hint="--through")
     mode: Through = "guard" if through == "guard" else "off"
+    try:
+        plan = FaultPlan.parse(faults, seed=fault_seed) if faults is not None else None
+    except FaultSpecError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--faults") from exc
     domains = _domains(domain)
     try:
         bench = resolve_data(data)
@@ -249,10 +381,15 @@ def replay_command(
     except (EnvError, ValueError, PolicyError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
-    totals = {"n": 0, "golden": 0, "rolled": 0, "violations": 0}
+    totals = {"n": 0, "golden": 0, "rolled": 0, "violations": 0, "faults": 0, "retries": 0, "failed": 0}
+    totals["accounted"] = 0
     problems = []
-    table = RichTable(title=f"golden replay through {through} ({database.dialect})")
-    for col in ("domain", "tasks", "committed-golden", "rolled-back", "violations", "delta = golden_delta"):
+    title = f"golden replay through {through} ({database.dialect})"
+    table = RichTable(title=title + (f", faults {plan.describe()} seed {fault_seed}" if plan else ""))
+    columns = ["domain", "tasks", "committed-golden", "rolled-back", "violations", "delta = golden_delta"]
+    if plan is not None:
+        columns += ["faults", "retries", "failed calls"] + (["changes accounted"] if mode == "guard" else [])
+    for col in columns:
         table.add_column(col)
     with Progress(
         TextColumn("{task.description}"),
@@ -264,16 +401,26 @@ def replay_command(
     ) as progress:
         for d, ts in grouped.items():
             bar = progress.add_task(d, total=len(ts))
-            result = replay(bench, database, d, ts, mode, packs[d], on_task=_advance(progress, bar))
+            result = replay(
+                bench, database, d, ts, mode, packs[d], on_task=_advance(progress, bar), faults=plan
+            )
             deltas = [t.delta_matches for t in result.tasks if t.delta_matches is not None]
-            table.add_row(
+            row = [
                 d,
                 str(len(ts)),
                 f"{result.committed_golden}/{len(ts)}",
                 str(result.rolled_back),
                 str(result.violations),
                 f"{sum(deltas)}/{len(deltas)}" if deltas else "-",
-            )
+            ]
+            if plan is not None:
+                row += [str(result.faults), str(result.retries), str(result.failed_calls)]
+                row += [f"{result.changes_accounted}/{len(ts)}"] if mode == "guard" else []
+            table.add_row(*row)
+            totals["faults"] += result.faults
+            totals["retries"] += result.retries
+            totals["failed"] += result.failed_calls
+            totals["accounted"] += result.changes_accounted
             totals["n"] += len(ts)
             totals["golden"] += result.committed_golden
             totals["rolled"] += sum(1 for t in result.tasks if t.rolled_back or not t.committed)
@@ -286,7 +433,11 @@ def replay_command(
         for m in t.messages[:5]:
             console.print(f"    {m}", markup=False, highlight=False)
     n = totals["n"]
-    print(
+    line = (
         f"replay: committed-golden {totals['golden']}/{n} rolled-back {totals['rolled']}/{n} "
         f"violations {totals['violations']}"
     )
+    if plan is not None:
+        line += f" faults {totals['faults']} retries {totals['retries']} failed-calls {totals['failed']}"
+        line += f" changes-accounted {totals['accounted']}/{n}" if mode == "guard" else ""
+    print(line)

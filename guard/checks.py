@@ -116,7 +116,8 @@ class SqlCheck:
         ]
 
 
-PythonPredicate = Callable[[CheckContext], Iterable[Violation | Mapping[str, Any] | str] | None]
+Finding = Violation | Mapping[str, Any] | str
+PythonPredicate = Callable[[CheckContext], Iterable[Finding] | Finding | None]
 
 
 @dataclass
@@ -135,7 +136,10 @@ class PythonCheck:
     def run(self, ctx: CheckContext) -> list[Violation]:
         out: list[Violation] = []
         rows: list[dict[str, Any]] = []
-        for item in self.function(ctx) or ():
+        found = self.function(ctx) or ()
+        # A bare message, row or violation is one finding (iterating it would split it up).
+        items = [found] if isinstance(found, str | Mapping | Violation) else found
+        for item in items:
             if isinstance(item, Violation):
                 out.append(item)
             elif isinstance(item, str):

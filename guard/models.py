@@ -132,6 +132,44 @@ class Violation(BaseModel):
     rows: list[dict[str, Any]] = Field(default_factory=list)
 
 
+class FieldProblem(BaseModel):
+    """One argument that failed validation: where, what was wrong, what was expected, an example."""
+
+    model_config = ConfigDict(frozen=True)
+
+    field: str
+    """Dotted path of the argument (``item.status``, ``lines[0].sku``); empty for the whole call."""
+    problem: str
+    expected: str
+    example: Any = None
+
+
+class ErrorHint(BaseModel):
+    """What an agent is told about a failed call: class, what failed, what to do next. No traceback."""
+
+    error_class: str
+    message: str
+    next_step: str
+    retryable: bool = False
+    """True when sending the same call again later may succeed (the guard's own retries are spent)."""
+    retry_after_s: float | None = None
+    fields: list[FieldProblem] = Field(default_factory=list)
+
+
+class AttemptRecord(BaseModel):
+    """One failed attempt of a call that the guard retried or gave up on."""
+
+    error_class: str
+    message: str
+    changes: ChangeSet = Field(default_factory=ChangeSet)
+    """What the attempt had changed before it failed (the guard then rolled it back, see ``rolled_back``)."""
+    rolled_back: bool = False
+    retried: bool = False
+    reason: str = ""
+    """Why the guard retried or stopped (a :class:`guard.retry.Reason` value)."""
+    delay_s: float = 0.0
+
+
 class ToolCall(BaseModel):
     """One call as the agent sent it."""
 
@@ -153,6 +191,9 @@ class ToolOutcome(BaseModel):
     changes: ChangeSet = Field(default_factory=ChangeSet)
     violations: list[Violation] = Field(default_factory=list)
     retries: int = 0
+    hint: ErrorHint | None = None
+    attempts: list[AttemptRecord] = Field(default_factory=list)
+    """The failed attempts, in order (a call that succeeded first time has none)."""
     duration_ms: float = 0.0
 
 

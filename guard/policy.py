@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlglot.errors import ParseError
 
 from guard.checks import Check, PythonCheck, PythonPredicate, RuleText, SqlCheck
+from guard.errors import ErrorClass
 from guard.models import EffectClass, PolicySource
 from guard.sqltext import SqlTextError
 
@@ -120,6 +121,40 @@ class Compensation(BaseModel):
     """Compensating argument -> the original call's argument it is taken from."""
 
 
+class ErrorRule(BaseModel):
+    """An upstream's own error text -> error class (matched before the built-in rules; guard.classify)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    match: str = Field(min_length=1)
+    """A regular expression searched (case-insensitively) in the error message."""
+    error_class: ErrorClass = Field(alias="class")
+    tools: list[str] | None = None
+    hint: str | None = None
+    """The next step the agent is told, replacing the class's default."""
+    source: PolicySource | None = None
+
+    @field_validator("match")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from exc
+        return value
+
+
+class ErrorRules(BaseModel):
+    """How the guard recognises an upstream's errors and checks arguments before forwarding."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    validation: Literal["lax", "strict", "off"] = "lax"
+    """lax: JSON Schema, accepting what lenient servers coerce (numeric/boolean strings); strict: as
+    written; off: arguments are not checked before forwarding (docs/errors.md)."""
+    rules: list[ErrorRule] = Field(default_factory=list)
+
+
 class ToolRules(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -142,6 +177,7 @@ class PolicyPackModel(BaseModel):
     checks: list[CheckRule] = Field(default_factory=list)
     approvals: list[ApprovalRule] = Field(default_factory=list)
     retry: list[RetryRule] = Field(default_factory=list)
+    errors: ErrorRules = Field(default_factory=ErrorRules)
 
 
 @dataclass
@@ -409,6 +445,10 @@ def _check_tool_names(model: PolicyPackModel, known: set[str], fail: _Fail) -> N
     for i, a in enumerate(model.approvals):
         named += [(("approvals", i, "tools", j), a.id, t) for j, t in enumerate(a.tools or [])]
     named += [(("retry", i, "tool"), f"retry[{i}]", r.tool) for i, r in enumerate(model.retry)]
+    for i, e in enumerate(model.errors.rules):
+        named += [
+            (("errors", "rules", i, "tools", j), f"errors.rules[{i}]", t) for j, t in enumerate(e.tools or [])
+        ]
     for loc, rule, tool in named:
         if tool not in known:
             raise fail(loc, rule, f"unknown tool {tool!r}")

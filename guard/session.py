@@ -1,8 +1,13 @@
 """GuardSession: one agent session's guarded pipeline over a shadow transaction.
 
-    call  →  allowed?  →  classify  →  before_call checks  →  [approval rule? rehearse, roll back, hold]
-          →  savepoint  →  execute  →  change set  →  after_call checks  →  keep (release) | roll back
+    call  →  allowed?  →  arguments valid?  →  classify  →  before_call checks
+          →  [approval rule? rehearse, roll back, hold]
+          →  savepoint → execute → change set → failed? roll back, classify, retry if safe (guard.retry)
+          →  after_call checks  →  keep (release) | roll back
     commit →  at_commit checks on the net change set  →  commit | refuse with violations
+
+Every outcome that is not ``allowed`` carries an error class and a hint (guard.errors): what failed
+and what the agent can do next. Invalid arguments never reach the upstream (guard.validation).
 
 On a backend that cannot roll back (``transactional = False``, e.g. JournalBackend) there is no
 rehearsal: an irreversible or approval-matched call is held before it is forwarded.
@@ -13,16 +18,33 @@ MCP requests. Nothing here reads a benchmark answer key.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from guard.backend import Backend
+from guard.backend import Backend, BackendError
 from guard.checks import Check, CheckContext, Phase, run_checks
+from guard.classify import Classifier
 from guard.effects import ToolInfo, classify
-from guard.models import ChangeSet, CommitOutcome, EffectClass, ToolCall, ToolOutcome, Verdict, Violation
+from guard.errors import ApprovalPending, ErrorClass, NotFound, PolicyViolation, ToolFailure
+from guard.metrics import CallObserver
+from guard.models import (
+    AttemptRecord,
+    ChangeSet,
+    CommitOutcome,
+    EffectClass,
+    ToolCall,
+    ToolOutcome,
+    Verdict,
+    Violation,
+)
 from guard.policy import EMPTY, PolicyPack
+from guard.retry import Attempt, RetryPolicy
+from guard.validation import ToolValidators
+
+logger = logging.getLogger(__name__)
 
 RESERVED_PREFIX = "__reserved__"
 
@@ -38,12 +60,23 @@ class ToolResult:
 Executor = Callable[[str, Mapping[str, Any]], ToolResult]
 
 
+@dataclass(frozen=True)
+class _Forwarded:
+    savepoint: str
+    result: ToolResult | None
+    changes: ChangeSet
+
+
 class SessionClosedError(RuntimeError):
     """The session was committed or rolled back; open a new one."""
 
 
 class GuardSession:
-    """The per-session pipeline. ``extra_checks`` are added to the pack's (e.g. the oracle judge)."""
+    """The per-session pipeline. ``extra_checks`` are added to the pack's (e.g. the oracle judge).
+
+    ``retry`` (default: :class:`~guard.retry.RetryPolicy` on the system clock), ``classifier``
+    (default: the pack's error rules before the built-in ones) and ``observer`` (metrics) are optional.
+    """
 
     def __init__(
         self,
@@ -55,6 +88,9 @@ class GuardSession:
         session_id: str | None = None,
         principal: str | None = None,
         extra_checks: Sequence[Check] = (),
+        retry: RetryPolicy | None = None,
+        classifier: Classifier | None = None,
+        observer: CallObserver | None = None,
     ) -> None:
         self.backend = backend
         self.execute = execute
@@ -63,6 +99,10 @@ class GuardSession:
         self.session_id = session_id
         self.principal = principal
         self.checks: list[Check] = [*policy.checks, *extra_checks]
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.classifier = classifier if classifier is not None else Classifier.for_policy(policy)
+        self.validators = ToolValidators(policy.model.errors.validation)
+        self.observer = observer
         self.outcomes: list[ToolOutcome] = []
         self.closed = False
         backend.begin()
@@ -78,11 +118,26 @@ class GuardSession:
         outcome = self._call(call)
         outcome.duration_ms = (time.perf_counter() - started) * 1000
         self.outcomes.append(outcome)
+        if self.observer is not None:
+            self.observer.outcome(outcome)
         return outcome
 
-    def _refuse(self, call: ToolCall, effect: EffectClass, rule: str, message: str, hint: str) -> ToolOutcome:
-        violation = Violation(rule_id=rule, message=message, hint=hint)
-        return ToolOutcome(call=call, effect=effect, verdict=Verdict.REFUSED, violations=[violation])
+    def _refuse(self, call: ToolCall, failure: ToolFailure, rule: str, hint: str) -> ToolOutcome:
+        violation = Violation(rule_id=rule, message=failure.message, hint=hint)
+        return ToolOutcome(
+            call=call,
+            effect=EffectClass.READ,
+            verdict=Verdict.REFUSED,
+            violations=[violation],
+            error_class=failure.error_class.value,
+            hint=failure.hint(),
+        )
+
+    @staticmethod
+    def _violated(violations: Sequence[Violation], tool: str) -> ToolFailure:
+        first = violations[0]
+        more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
+        return PolicyViolation(f"{first.rule_id}: {first.message}{more}", tool=tool, rule=first.rule_id)
 
     def _context(self, phase: Phase, call: ToolCall | None, changes: ChangeSet) -> CheckContext:
         return CheckContext(phase=phase, query=self.backend.query, changes=changes, call=call)
@@ -90,38 +145,73 @@ class GuardSession:
     def _call(self, call: ToolCall) -> ToolOutcome:
         info = self.tools.get(call.tool)
         if call.tool.startswith(RESERVED_PREFIX) or info is None:
-            return self._refuse(
-                call,
-                EffectClass.READ,
-                "unknown_tool",
-                f"Unknown tool: {call.tool}",
-                "Call one of the listed tools.",
+            hint = "Call one of the listed tools."
+            unknown = NotFound(
+                f"Unknown tool: {call.tool}", tool=call.tool, rule="unknown_tool", next_step=hint
             )
+            return self._refuse(call, unknown, "unknown_tool", hint)
         if not self.policy.allows(call.tool):
-            return self._refuse(
-                call,
-                EffectClass.READ,
-                "tool_not_allowed",
+            hint = "Use one of the tools listed for this session."
+            hidden = PolicyViolation(
                 f"The tool {call.tool} is not available in this workflow.",
-                "Use one of the tools listed for this session.",
+                tool=call.tool,
+                rule="tool_not_allowed",
+                next_step=hint,
             )
+            return self._refuse(call, hidden, "tool_not_allowed", hint)
         effect, _why = classify(info, call.arguments, self.policy.effect_of(call.tool))
+        invalid = self.validators.check(call.tool, info.input_schema, call.arguments)
+        if invalid is not None:
+            return ToolOutcome(
+                call=call,
+                effect=effect,
+                verdict=Verdict.REFUSED,
+                error_class=invalid.error_class.value,
+                hint=invalid.hint(),
+            )
         before = run_checks(self.checks, self._context("before_call", call, ChangeSet()))
         if before:
-            return ToolOutcome(call=call, effect=effect, verdict=Verdict.REFUSED, violations=before)
+            return ToolOutcome(
+                call=call,
+                effect=effect,
+                verdict=Verdict.REFUSED,
+                violations=before,
+                error_class=ErrorClass.POLICY_VIOLATION.value,
+                hint=self._violated(before, call.tool).hint(),
+            )
         if not self.backend.transactional:
             unrehearsed = self._hold_unrehearsed(call, effect)
             if unrehearsed is not None:
                 return unrehearsed
 
-        savepoint = self.backend.savepoint()
-        result = self.execute(call.tool, call.arguments)
-        changes = self.backend.changes(savepoint)
-        if result.is_error:
-            self.backend.rollback_to(savepoint)
+        override = self.policy.retry_for(call.tool)
+        idempotent = info.annotations.get("idempotentHint") is True
+        if override is not None and override.idempotent is not None:
+            idempotent = override.idempotent
+        last, failed = self.retry.run(
+            lambda: self._forward(call),
+            effect=effect,
+            idempotent=idempotent,
+            max_attempts=override.max_attempts if override is not None else None,
+        )
+        attempts = [self._record(call, a) for a in failed]
+        retries = sum(1 for a in attempts if a.retried)
+        result, changes, savepoint = last.value.result, last.value.changes, last.value.savepoint
+        failure = last.failure
+        if failure is not None:
+            applied = None if self._outcome_unknown(last, effect) else False
             return ToolOutcome(
-                call=call, effect=effect, verdict=Verdict.FAILED, result=result.text, changes=changes
+                call=call,
+                effect=effect,
+                verdict=Verdict.FAILED,
+                result=result.text if result is not None else None,
+                changes=changes,
+                error_class=failure.error_class.value,
+                hint=failure.hint(retries=retries, applied=applied),
+                retries=retries,
+                attempts=attempts,
             )
+        assert result is not None, "an attempt without a failure has a result"
         violations: list[Violation] = []
         if effect is EffectClass.READ and changes:
             violations.append(
@@ -141,6 +231,10 @@ class GuardSession:
                 result=result.text,
                 changes=changes,
                 violations=violations,
+                error_class=ErrorClass.POLICY_VIOLATION.value,
+                hint=self._violated(violations, call.tool).hint(),
+                retries=retries,
+                attempts=attempts,
             )
         approval = self.policy.approval_for(call.tool, effect, call.arguments)
         if approval is not None:
@@ -160,11 +254,77 @@ class GuardSession:
                 result=None,
                 changes=changes,
                 violations=[held],
+                error_class=ErrorClass.APPROVAL_PENDING.value,
+                hint=ApprovalPending(held.message, tool=call.tool, rule=approval.id).hint(),
+                retries=retries,
+                attempts=attempts,
             )
         self.backend.release(savepoint)
         return ToolOutcome(
-            call=call, effect=effect, verdict=Verdict.ALLOWED, result=result.text, changes=changes
+            call=call,
+            effect=effect,
+            verdict=Verdict.ALLOWED,
+            result=result.text,
+            changes=changes,
+            retries=retries,
+            attempts=attempts,
         )
+
+    def _forward(self, call: ToolCall) -> Attempt[_Forwarded]:
+        """One attempt in its own savepoint; a failed attempt is rolled back to it before it returns.
+
+        What the executor raises is classified (a transport error is a failure like any other),
+        except the backend's own errors, which propagate after the savepoint is rolled back.
+        """
+        savepoint = self.backend.savepoint()
+        result: ToolResult | None = None
+        failure: ToolFailure | None
+        try:
+            try:
+                result = self.execute(call.tool, call.arguments)
+            except BackendError:
+                raise
+            except Exception as exc:
+                failure = self.classifier.exception(call.tool, exc)
+                if not failure.classified:
+                    logger.warning("unclassified failure of %s", call.tool, exc_info=exc)
+            else:
+                failure = self.classifier.result(call.tool, result.text, result.is_error)
+            changes = self.backend.changes(savepoint)
+        except BaseException:
+            # The upstream may have written before it failed; its outcome is unknown, so undo it.
+            self.backend.rollback_to(savepoint)
+            raise
+        if failure is not None:
+            self.backend.rollback_to(savepoint)
+        return Attempt(
+            _Forwarded(savepoint, result, changes),
+            failure=failure,
+            rolled_back=failure is not None and self.backend.transactional,
+        )
+
+    @staticmethod
+    def _outcome_unknown(attempt: Attempt[_Forwarded], effect: EffectClass) -> bool:
+        """A state-changing call whose failure does not prove it did nothing, and nothing undid it."""
+        assert attempt.failure is not None
+        return (
+            effect is not EffectClass.READ and not attempt.rolled_back and not attempt.failure.safe_to_retry
+        )
+
+    def _record(self, call: ToolCall, attempt: Attempt[_Forwarded]) -> AttemptRecord:
+        assert attempt.failure is not None and attempt.decision is not None
+        record = AttemptRecord(
+            error_class=attempt.failure.error_class.value,
+            message=attempt.failure.message,
+            changes=attempt.value.changes,
+            rolled_back=attempt.rolled_back,
+            retried=attempt.decision.retry,
+            reason=attempt.decision.reason.value,
+            delay_s=attempt.decision.delay if attempt.decision.retry else 0.0,
+        )
+        if self.observer is not None:
+            self.observer.attempt_failed(call, record, attempt.failure.source)
+        return record
 
     def _hold_unrehearsed(self, call: ToolCall, effect: EffectClass) -> ToolOutcome | None:
         """On a backend that cannot roll back, forwarding is doing: hold what needs a person first.
@@ -181,7 +341,15 @@ class GuardSession:
             hint="The request was held and nothing was sent; tell the user it awaits approval.",
             source=approval.source if approval is not None else None,
         )
-        return ToolOutcome(call=call, effect=effect, verdict=Verdict.HELD, violations=[held])
+        pending = ApprovalPending(held.message, tool=call.tool, rule=held.rule_id)
+        return ToolOutcome(
+            call=call,
+            effect=effect,
+            verdict=Verdict.HELD,
+            violations=[held],
+            error_class=pending.error_class.value,
+            hint=pending.hint(),
+        )
 
     # -- commit / rollback ----------------------------------------------------------------------
     def pending_changes(self) -> ChangeSet:

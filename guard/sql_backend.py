@@ -259,7 +259,7 @@ class SqlBackend:
     def _install_sqlite(self) -> None:
         run = self.connection.exec_driver_sql
         # SQLite renders REAL values in JSON with 15 significant digits; the row images must carry the
-        # stored double exactly, so float columns go through Python's shortest round-trip repr.
+        # stored double exactly, so REAL values go through Python's shortest round-trip repr.
         raw = self.connection.connection.dbapi_connection
         if raw is None:
             raise BackendError("the SQLite connection is closed")
@@ -275,10 +275,11 @@ class SqlBackend:
                 parts = []
                 for c in table.columns:
                     value = f'{alias}."{c.name}"'
-                    if isinstance(c.type, sa.JSON):
-                        value = f"json({value})"
-                    elif isinstance(c.type, sa.Float | sa.Double):
+                    if isinstance(c.type, sa.Float | sa.Double):
                         value = f"{_REAL_TEXT}({value})"
+                    elif isinstance(c.type, sa.JSON):
+                        # a bare JSON number is stored as REAL (the column has NUMERIC affinity)
+                        value = f"json({_REAL_TEXT}({value}))"
                     parts.append(f"'{c.name}', {value}")
                 return f"json_object({', '.join(parts)})"
 
@@ -298,13 +299,15 @@ class SqlBackend:
         run = self.connection.exec_driver_sql
         run(
             f"CREATE TABLE IF NOT EXISTS {LOG} "
-            "(id BIGSERIAL PRIMARY KEY, tbl TEXT NOT NULL, op TEXT NOT NULL, before JSONB, after JSONB)"
+            "(id BIGSERIAL PRIMARY KEY, tbl TEXT NOT NULL, op TEXT NOT NULL, before JSON, after JSON)"
         )
+        # row_to_json, not to_jsonb: jsonb re-renders numbers inside json columns (3.6e16 becomes an
+        # integer), while row_to_json keeps json values verbatim and renders float8 exactly.
         run(
             "CREATE OR REPLACE FUNCTION sg_capture() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "  # noqa: S608
             f"INSERT INTO {LOG} (tbl, op, before, after) VALUES (TG_TABLE_NAME, lower(TG_OP), "
-            "CASE WHEN TG_OP = 'INSERT' THEN NULL ELSE to_jsonb(OLD) END, "
-            "CASE WHEN TG_OP = 'DELETE' THEN NULL ELSE to_jsonb(NEW) END); "
+            "CASE WHEN TG_OP = 'INSERT' THEN NULL ELSE row_to_json(OLD) END, "
+            "CASE WHEN TG_OP = 'DELETE' THEN NULL ELSE row_to_json(NEW) END); "
             "RETURN NULL; END $$"
         )
         for name in self.tables:

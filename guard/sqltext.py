@@ -11,7 +11,7 @@ from typing import Any
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError
+from sqlglot.errors import SqlglotError
 
 from guard.models import EffectClass
 
@@ -35,9 +35,10 @@ class SqlTextError(ValueError):
 
 
 def _parse(sql: str, dialect: str | None) -> list[exp.Expression]:
+    read = DIALECTS.get(dialect, dialect) if dialect is not None else None
     try:
-        parsed: list[Any] = list(sqlglot.parse(sql, read=dialect))
-    except ParseError as exc:
+        parsed: list[Any] = list(sqlglot.parse(sql, read=read))
+    except SqlglotError as exc:  # ParseError, TokenError (e.g. an unterminated quote)
         raise SqlTextError(f"SQL does not parse: {exc}") from exc
     statements: list[exp.Expression] = [s for s in parsed if isinstance(s, exp.Expression)]
     if not statements:
@@ -53,10 +54,18 @@ def parse_select(sql: str, dialect: str | None = None) -> exp.Expression:
     tree = statements[0]
     if not isinstance(tree, _READ_ROOTS):
         raise SqlTextError(f"only SELECT is allowed, found {tree.key.upper()}")
+    writer = _first_writer(tree)
+    if writer is not None:
+        raise SqlTextError(f"only read-only SELECT is allowed, found {type(writer).__name__.upper()}")
+    return tree
+
+
+def _first_writer(tree: exp.Expression) -> exp.Expression | None:
+    """A node that writes (DML, DDL, SELECT ... INTO), anywhere in the tree."""
     for node in tree.walk():
         if isinstance(node, _WRITE_NODES) or (isinstance(node, exp.Select) and node.args.get("into")):
-            raise SqlTextError(f"only read-only SELECT is allowed, found {type(node).__name__.upper()}")
-    return tree
+            return node
+    return None
 
 
 def referenced_tables(tree: exp.Expression) -> set[str]:
@@ -87,7 +96,7 @@ def classify_statement(sql: str, dialect: str | None = None) -> EffectClass:
     """SELECT → read; DML → write; DELETE/UPDATE without WHERE, DROP, TRUNCATE, other DDL → irreversible."""
     effects = []
     for tree in _parse(sql, dialect):
-        if isinstance(tree, _READ_ROOTS) and not any(isinstance(n, _WRITE_NODES) for n in tree.walk()):
+        if isinstance(tree, _READ_ROOTS) and _first_writer(tree) is None:
             effects.append(EffectClass.READ)
         elif isinstance(tree, exp.Delete | exp.Update):
             effects.append(EffectClass.IRREVERSIBLE if tree.args.get("where") is None else EffectClass.WRITE)

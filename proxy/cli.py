@@ -96,6 +96,52 @@ def _summary(path: Path, policy: PolicyPack, domain: str | None) -> str:
     )
 
 
+@app.command("serve")
+def serve(
+    config: Annotated[
+        Path,
+        typer.Option("--config", help="Proxy config YAML (docs/proxy.md).", show_default=False),
+    ],
+    stdio: Annotated[
+        bool,
+        typer.Option(
+            "--stdio",
+            help="Serve one agent on stdin/stdout instead of HTTP. The HTTP app (sessions API, health, "
+            "metrics, /mcp) then runs on a side port only if the config has an 'http' section.",
+        ),
+    ] = False,
+) -> None:
+    """Run the MCP session proxy: every agent tool call guarded, commit only through the guard."""
+    import anyio
+
+    from guard.policy import PolicyError
+    from proxy.app import run_http, run_stdio
+    from proxy.config import ConfigError, ProxyConfig
+    from proxy.upstreams import UpstreamError
+
+    try:
+        settings = ProxyConfig.load(config)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if not settings.upstreams:
+        typer.echo(f"error: {config}: no upstreams configured: nothing to serve", err=True)
+        raise typer.Exit(2)
+    try:
+        if stdio:
+            anyio.run(lambda: run_stdio(settings, side_http="http" in settings.model_fields_set))
+        else:
+            anyio.run(run_http, settings)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    except (PolicyError, UpstreamError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
 def main() -> None:
     _mount_benchmark()
     app()

@@ -500,7 +500,10 @@ class EnvServer:
 
     def serve_http(self, host: str, port: int, *, announce: Callable[[str], None] | None = None) -> None:
         """Serve over streamable HTTP until interrupted; ``port`` 0 picks a free port (announced)."""
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP explicitly: with protocol 0 asyncio does not set TCP_NODELAY on accepted
+        # connections, and Nagle's algorithm then delays every response by ~40 ms.
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))

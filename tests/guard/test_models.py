@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guard.models import ChangeSet, RowChange
+from guard.models import ChangeSet, Op, RowChange
 
 Store = dict[tuple[str, str], dict[str, Any]]
 
@@ -64,7 +64,7 @@ def diff(initial: Store, final: Store) -> dict[tuple[str, str], RowChange]:
         before, after = initial.get(ident), final.get(ident)
         if before == after:
             continue
-        op = "insert" if before is None else "delete" if after is None else "update"
+        op: Op = "insert" if before is None else "delete" if after is None else "update"
         out[ident] = RowChange(table=ident[0], key=ident[1], op=op, before=before, after=after)
     return out
 

@@ -547,22 +547,31 @@ def retail_pack(retail: Domain) -> PolicyPack:
     return load_policy(RETAIL_PACK, **_domain_refs(retail))
 
 
-def test_example_pack_loads_with_and_without_a_domain(retail: Domain) -> None:
+def test_example_pack_loads_alone_and_against_the_demo_app() -> None:
+    """The quickstart's pack is written for the demo accounts app (proxy/demo/server.py)."""
+    from proxy.demo.server import TOOLS, metadata
+
     alone = load_policy(EXAMPLE_PACK)
     assert alone.name == "example" and alone.model.domain is None
-    checked = load_policy(EXAMPLE_PACK, **_domain_refs(retail))
+    checked = load_policy(
+        EXAMPLE_PACK,
+        schema={name: [c.name for c in table.columns] for name, table in metadata.tables.items()},
+        tools=[t.name for t in TOOLS],
+        tool_arguments={t.name: set(t.input_schema.get("properties", {})) for t in TOOLS},
+    )
     assert [c.id for c in checked.checks] == [
-        "example.cancel_only_open_orders",
-        "example.refunds_within_payments",
+        "example.frozen_accounts",
+        "example.no_overdraft",
+        "example.accounts_named",
     ]
-    assert checked.effect_of("cancel_order") is EffectClass.IRREVERSIBLE
-    assert checked.allows("zendesk_delete_item")
-    rule = checked.approval_for("create_refund", EffectClass.IRREVERSIBLE, {"amount": 900})
-    assert rule is not None and rule.id == "example.large_refunds"
-    assert checked.approval_for("create_refund", EffectClass.IRREVERSIBLE, {"amount": 80}) is None
-    retry = checked.retry_for("get_order")
+    assert checked.effect_of("transfer_funds") is EffectClass.IRREVERSIBLE
+    assert not checked.allows("close_account")
+    rule = checked.approval_for("transfer_funds", EffectClass.IRREVERSIBLE, {"amount": 1500})
+    assert rule is not None and rule.id == "example.large_transfers"
+    assert checked.approval_for("transfer_funds", EffectClass.IRREVERSIBLE, {"amount": 80}) is None
+    retry = checked.retry_for("list_accounts")
     assert retry is not None and (retry.max_attempts, retry.idempotent) == (3, True)
-    assert checked.retry_for("cancel_order") is None
+    assert checked.retry_for("rename_account") is None
 
 
 def test_a_pack_with_every_section_loads(tmp_path: Path) -> None:
@@ -690,7 +699,7 @@ def test_cli_check_valid_packs(bench: BenchData) -> None:
     result = _check(str(EXAMPLE_PACK))
     assert result.exit_code == 0, result.output
     (line,) = result.output.strip().splitlines()
-    assert "pack 'example': 2 checks (1 before_call, 0 after_call, 1 at_commit)" in line
+    assert "pack 'example': 3 checks (1 before_call, 1 after_call, 1 at_commit)" in line
     assert "no --domain" in line
 
 

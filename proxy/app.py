@@ -1,0 +1,327 @@
+"""The proxy's HTTP app (FastAPI) and how ``shadowguard serve`` puts the pieces together.
+
+Routes: the MCP endpoint ``/mcp`` (streamable HTTP, both protocol eras), the sessions API for
+orchestrators, and the routers other parts contribute (``/healthz``, ``/readyz``, ``/metrics``):
+
+* ``POST /api/sessions/{id}/commit`` -> ``{"session", "committed", "changes", "violations"}``
+  (200 whether committed or refused: a refusal is an answer, not an error; 404 for an unknown id)
+* ``POST /api/sessions/{id}/rollback`` -> ``{"session", "rolled_back", "changes", "not_reversed"}``
+* ``GET /api/sessions`` and ``GET /api/sessions/{id}`` -> the open sessions' status
+
+``{id}`` is the guard session id (docs/proxy.md): the ``_meta["shadowguard/session"]`` value, the
+``Mcp-Session-Id``, ``principal:<name>``, or the stdio session's id; every tool result names it in
+``_meta["shadowguard/outcome"].session``. A handshake-era client that ends its HTTP session
+(``DELETE /mcp``) ends its guard session too: rolled back, never committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+
+import anyio
+import uvicorn
+from anyio.abc import TaskStatus
+from fastapi import APIRouter, FastAPI, HTTPException
+from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from guard.models import CommitOutcome, ToolOutcome
+from proxy import telemetry
+from proxy.audit import AuditLog
+from proxy.config import ProxyConfig
+from proxy.health import health_router
+from proxy.registry import SessionRegistry
+from proxy.server import GuardProxy
+from proxy.sessions import ProxySession, RollbackOutcome
+
+logger = logging.getLogger(__name__)
+
+MCP_PATH = "/mcp"
+
+
+class Recorder:
+    """The sessions' observer: every decided call, commit and rollback goes to the audit log and metrics."""
+
+    def __init__(self, audit: AuditLog) -> None:
+        self.audit = audit
+
+    def call(self, outcome: ToolOutcome) -> None:
+        telemetry.record_call(outcome)
+        self.audit.record_call(outcome, outcome.call.session_id)
+
+    def commit(self, session_id: str, outcome: CommitOutcome) -> None:
+        telemetry.record_commit(outcome)
+        self.audit.record_commit(outcome, session_id)
+
+    def rollback(self, session_id: str, reason: str, outcome: RollbackOutcome) -> None:
+        telemetry.record_rollback(reason)
+        self.audit.record_rollback(session_id, reason, changes=len(outcome.changes))
+
+
+def build_proxy(config: ProxyConfig, *, spare_connections: bool = True) -> tuple[GuardProxy, Recorder]:
+    """The proxy a config describes (policy packs are loaded here; nothing is connected yet)."""
+    recorder = Recorder(AuditLog(config.audit.path, config.audit.include_arguments))
+    sessions = SessionRegistry(
+        idle_timeout=config.sessions.idle_timeout_s, on_idle=config.sessions.on_idle, observer=recorder
+    )
+    try:
+        proxy = GuardProxy.from_config(config, sessions, spare_connections=spare_connections)
+    except BaseException:
+        recorder.audit.close()
+        raise
+    return proxy, recorder
+
+
+@asynccontextmanager
+async def serving(proxy: GuardProxy, recorder: Recorder, config: ProxyConfig) -> AsyncIterator[GuardProxy]:
+    """Telemetry on, upstreams connected, sessions served; on the way out everything is rolled back."""
+    telemetry.setup_telemetry(config)
+    try:
+        async with proxy.running():
+            yield proxy
+    finally:
+        recorder.audit.close()
+        telemetry.shutdown_telemetry()
+
+
+def sessions_router(proxy: GuardProxy) -> APIRouter:
+    """``/api/sessions``: commit, roll back and inspect guard sessions (for orchestrators)."""
+    router = APIRouter(prefix="/api/sessions", tags=["sessions"])
+
+    def find(session_id: str) -> ProxySession:
+        session = proxy.sessions.get(session_id)
+        if session is None:
+            ended = proxy.sessions.ended(session_id)
+            why = f": it was rolled back and closed ({ended})" if ended is not None else ""
+            raise HTTPException(status_code=404, detail=f"no open session {session_id!r}{why}")
+        return session
+
+    @router.get("")
+    async def list_sessions() -> JSONResponse:
+        return JSONResponse({"sessions": [s.describe() for s in proxy.sessions]})
+
+    @router.get("/{session_id}")
+    async def get_session(session_id: str) -> JSONResponse:
+        return JSONResponse(find(session_id).describe())
+
+    @router.post("/{session_id}/commit")
+    async def commit(session_id: str) -> JSONResponse:
+        session = find(session_id)
+        with telemetry.span("shadowguard.commit", session=session_id, via="api"):
+            outcome = await session.commit()
+        return JSONResponse(
+            {
+                "session": session_id,
+                "committed": outcome.committed,
+                "changes": len(outcome.changes),
+                "violations": [v.model_dump(mode="json") for v in outcome.violations],
+            }
+        )
+
+    @router.post("/{session_id}/rollback")
+    async def rollback(session_id: str) -> JSONResponse:
+        outcome = await find(session_id).rollback("api")
+        return JSONResponse(
+            {
+                "session": session_id,
+                "rolled_back": outcome.rolled_back,
+                "changes": len(outcome.changes),
+                "not_reversed": outcome.not_reversed,
+            }
+        )
+
+    return router
+
+
+class _EndSessionOnDelete:
+    """Ends the guard session of a handshake-era HTTP session the client closes (``DELETE /mcp``).
+
+    The guard session is rolled back before the DELETE is answered, so a client that sees the
+    answer knows its pending changes are gone.
+    """
+
+    def __init__(self, app: ASGIApp, proxy: GuardProxy) -> None:
+        self.app = app
+        self.proxy = proxy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "DELETE" or scope["path"] != MCP_PATH:
+            await self.app(scope, receive, send)
+            return
+        held: list[Message] = []
+
+        async def hold(message: Message) -> None:
+            held.append(message)
+
+        await self.app(scope, receive, hold)
+        status = next((m["status"] for m in held if m["type"] == "http.response.start"), None)
+        session_id = Headers(scope=scope).get("mcp-session-id")
+        if session_id and status is not None and status < 300:
+            await self.proxy.sessions.end(session_id, "closed")
+        for message in held:
+            await send(message)
+
+
+def create_app(
+    proxy: GuardProxy,
+    config: ProxyConfig,
+    *,
+    lifespan_runs_proxy: bool = True,
+    routers: Sequence[APIRouter] = (),
+    recorder: Recorder | None = None,
+) -> FastAPI:
+    """The FastAPI app: ``/mcp``, ``/api/sessions``, health and metrics, plus ``routers``.
+
+    With ``lifespan_runs_proxy`` the app's lifespan connects the upstreams (and rolls every session
+    back at shutdown); without it the caller runs the proxy (``shadowguard serve`` does, so that a
+    startup failure is reported before the server binds; stdio mode does, with this app on a side
+    port). The MCP session manager always runs in the app's lifespan (pitfall P4 of the SDK notes).
+    """
+    mcp_app = proxy.server.streamable_http_app(
+        streamable_http_path=MCP_PATH,
+        host=config.http.host,
+        max_request_body_size=config.http.max_body_bytes,
+        session_idle_timeout=config.sessions.idle_timeout_s,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            if lifespan_runs_proxy:
+                if recorder is None:
+                    raise RuntimeError("create_app(lifespan_runs_proxy=True) needs the recorder")
+                await stack.enter_async_context(serving(proxy, recorder, config))
+            await stack.enter_async_context(proxy.server.session_manager.run())
+            yield
+
+    app = FastAPI(title="shadowguard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.proxy = proxy
+    app.state.config = config
+    app.include_router(health_router(proxy.readiness))
+    app.include_router(sessions_router(proxy))
+    for router in routers:
+        app.include_router(router)
+    app.mount("/", _EndSessionOnDelete(mcp_app, proxy))
+    return app
+
+
+# -- serving (the CLI's entry points) ---------------------------------------------------------------
+
+
+def announce_stderr(url: str) -> None:
+    print(f"shadowguard serve: listening on {url}", file=sys.stderr, flush=True)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before the upstreams start so that a busy port fails fast.
+
+    It is opened as IPPROTO_TCP explicitly: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on
+    connections of sockets whose protocol says TCP, and with Nagle on, every response whose headers
+    and body are written separately waits for the client's delayed ACK (about 40 ms a request).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _url(host: str, sock: socket.socket, path: str = MCP_PATH) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{sock.getsockname()[1]}{path}"
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: the proxy stops it on SIGINT/SIGTERM, then rolls the
+    open sessions back and stops its upstreams (uvicorn would re-raise the signal and kill the
+    process before that)."""
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _uvicorn(app: ASGIApp) -> uvicorn.Server:
+    return _Uvicorn(uvicorn.Config(app, log_level="warning", lifespan="on"))
+
+
+async def _on_signal(
+    stop: Callable[[], None], *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
+        async for _ in signals:
+            stop()
+            return
+
+
+async def run_http(config: ProxyConfig, *, announce: Callable[[str], None] = announce_stderr) -> None:
+    """``shadowguard serve``: connect the upstreams, then serve HTTP until SIGINT/SIGTERM."""
+    proxy, recorder = build_proxy(config)
+    sock = _bind(config.http.host, config.http.port)
+    try:
+        async with serving(proxy, recorder, config), anyio.create_task_group() as tg:
+            server = _uvicorn(create_app(proxy, config, lifespan_runs_proxy=False))
+
+            def stop() -> None:
+                server.should_exit = True
+
+            await tg.start(_on_signal, stop)
+            announce(_url(config.http.host, sock))
+            await server.serve(sockets=[sock])
+            tg.cancel_scope.cancel()
+    finally:
+        sock.close()
+
+
+async def run_stdio(
+    config: ProxyConfig, *, side_http: bool, announce: Callable[[str], None] = announce_stderr
+) -> None:
+    """``shadowguard serve --stdio``: one agent on stdin/stdout (until it closes them, or SIGINT/SIGTERM);
+    the HTTP app on a side port if asked."""
+    proxy, recorder = build_proxy(config, spare_connections=False)
+    sock = _bind(config.http.host, config.http.port) if side_http else None
+    try:
+        async with serving(proxy, recorder, config), anyio.create_task_group() as tg:
+            server: uvicorn.Server | None = None
+            if sock is not None:
+                server = _uvicorn(create_app(proxy, config, lifespan_runs_proxy=False))
+                tg.start_soon(_serve_side, server, sock)
+                announce(_url(config.http.host, sock))
+            with anyio.CancelScope() as agent:
+                await tg.start(_on_signal, agent.cancel)
+                await proxy.serve_stdio()
+            if server is not None:
+                server.should_exit = True
+            tg.cancel_scope.cancel()
+    finally:
+        if sock is not None:
+            sock.close()
+
+
+async def _serve_side(server: uvicorn.Server, sock: socket.socket) -> None:
+    with anyio.CancelScope(shield=True):
+        await server.serve(sockets=[sock])
+
+
+__all__ = [
+    "MCP_PATH",
+    "Recorder",
+    "build_proxy",
+    "create_app",
+    "run_http",
+    "run_stdio",
+    "serving",
+    "sessions_router",
+]

@@ -1,0 +1,341 @@
+"""The proxy's one config file: YAML validated by pydantic-settings, overridable by environment variables.
+
+Precedence, highest first: environment variables (``SHADOWGUARD_`` prefix, ``__`` between nesting
+levels: ``SHADOWGUARD_HTTP__PORT=9000``, ``SHADOWGUARD_TELEMETRY__EXPORTER=console``; a list such as
+``upstreams`` takes JSON), then the YAML file, then the embedded defaults. The defaults need no Redis
+and no PostgreSQL. Relative paths in the file (policy packs, the audit log, a stdio command given as a
+path) resolve against the file's folder, so a config means the same whatever the working directory.
+
+Every key is checked; an unknown key is an error, not a silently ignored typo. A bad value raises
+:class:`ConfigError` naming where it came from (file and line, or the environment variable) and the
+field (``upstreams[0].command``), and nothing is loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, Self, get_args
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+ENV_PREFIX = "SHADOWGUARD_"
+ENV_NESTING = "__"
+
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+_TOOL_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
+
+
+class ConfigError(ValueError):
+    """A config that cannot be loaded. ``file``, ``field`` and ``line`` say where (None when not known)."""
+
+    def __init__(
+        self, message: str, *, file: str | None = None, field: str | None = None, line: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.file = file
+        self.field = field
+        self.line = line
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class UpstreamConfig(_Section):
+    """One real tool server behind the proxy."""
+
+    name: str = Field(pattern=_NAME)
+    transport: Literal["stdio", "http"]
+    command: str | None = None
+    """stdio: the program; a relative path with a folder part resolves against the config's folder."""
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    """http: the streamable-HTTP endpoint, e.g. ``http://127.0.0.1:8765/mcp``."""
+    prefix: str | None = Field(default=None, pattern=_TOOL_NAME)
+    """Put before each of this upstream's tool names (to keep names from two upstreams apart)."""
+    transactional: bool | Literal["auto"] = "auto"
+    """auto: use the transaction extension when the upstream advertises it, else the journal."""
+    policy: Path | None = None
+    """Policy pack YAML for this upstream's tools (docs/policies.md); None: no rules."""
+
+    @field_validator("transactional", mode="before")
+    @classmethod
+    def _auto_true_false(cls, value: Any) -> Any:
+        if isinstance(value, bool) or value == "auto":
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise ValueError(f"must be auto, true or false, not {value!r}")
+
+    @model_validator(mode="after")
+    def _transport_fields(self) -> Self:
+        if self.transport == "stdio":
+            if not self.command:
+                raise ValueError("a stdio upstream needs 'command'")
+            if self.url is not None:
+                raise ValueError("'url' is for http upstreams; a stdio upstream is started with 'command'")
+        else:
+            if self.url is None:
+                raise ValueError("an http upstream needs 'url'")
+            given = [k for k in ("command", "args", "env") if k in self.model_fields_set]
+            if given:
+                raise ValueError(f"{', '.join(map(repr, given))}: only for stdio upstreams")
+        return self
+
+
+class CommitToolConfig(_Section):
+    """The tool the proxy adds so that an agent can commit its session."""
+
+    name: str = Field(default="commit", pattern=_TOOL_NAME)
+    enabled: bool = True
+
+
+class SessionsConfig(_Section):
+    idle_timeout_s: float = Field(default=900.0, gt=0)
+    on_idle: Literal["rollback"] = "rollback"
+
+    @field_validator("on_idle", mode="before")
+    @classmethod
+    def _never_commit_silently(cls, value: Any) -> Any:
+        if value != "rollback":
+            raise ValueError(
+                f"{value!r} is not allowed: an idle session is rolled back, never committed silently "
+                "(commit with the commit tool or the sessions API)"
+            )
+        return value
+
+
+class HttpConfig(_Section):
+    host: str = Field(default="127.0.0.1", min_length=1)
+    port: int = Field(default=8790, ge=0, le=65535)
+    """0 picks a free port."""
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+
+
+class AuditConfig(_Section):
+    path: Path | None = None
+    """JSON-lines file the records are appended to; None: records go to the ``shadowguard.audit`` logger."""
+    include_arguments: bool = False
+    """False: tool arguments are recorded as a digest only (they may hold personal data)."""
+
+
+class TelemetryConfig(_Section):
+    exporter: Literal["none", "console", "otlp"] = "none"
+    endpoint: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    """otlp: the collector's base URL (``http://collector:4318``); None: the OTEL_EXPORTER_OTLP_* defaults."""
+    service_name: str = Field(default="shadowguard", min_length=1)
+
+
+class ProxyConfig(BaseSettings):
+    """Everything ``shadowguard serve`` needs. Build it with :meth:`load`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_NESTING,
+        extra="forbid",
+        validate_default=True,
+    )
+
+    upstreams: list[UpstreamConfig] = Field(default_factory=list)
+    commit_tool: CommitToolConfig = Field(default_factory=CommitToolConfig)
+    sessions: SessionsConfig = Field(default_factory=SessionsConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
+    audit: AuditConfig = Field(default_factory=AuditConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The environment over the file (passed as init values), nothing else (no .env lookup)."""
+        return (env_settings, init_settings)
+
+    @field_validator("upstreams")
+    @classmethod
+    def _unique_names(cls, upstreams: list[UpstreamConfig]) -> list[UpstreamConfig]:
+        seen: set[str] = set()
+        for upstream in upstreams:
+            if upstream.name in seen:
+                raise ValueError(f"upstream name {upstream.name!r} is used twice; names must be unique")
+            seen.add(upstream.name)
+        return upstreams
+
+    @classmethod
+    def load(cls, path: Path | None) -> ProxyConfig:
+        """Read and validate ``path`` (None: defaults), with the environment's overrides applied."""
+        where = str(path) if path is not None else None
+        data: dict[str, Any] = {}
+        lines: dict[tuple[Any, ...], int] = {}
+        if path is not None:
+            data, lines = _read_yaml(path)
+        try:
+            config = cls(**data)
+        except ValidationError as exc:
+            raise _config_error(exc, where, lines) from exc
+        base = path.resolve().parent if path is not None else Path.cwd()
+        return config._resolved(base)
+
+    def _resolved(self, base: Path) -> ProxyConfig:
+        """Relative paths made absolute against ``base`` (the config file's folder)."""
+        upstreams = [
+            u.model_copy(
+                update={
+                    "policy": _absolute(u.policy, base),
+                    "command": _absolute_command(u.command, base),
+                }
+            )
+            for u in self.upstreams
+        ]
+        audit = self.audit.model_copy(update={"path": _absolute(self.audit.path, base)})
+        resolved = self.model_copy(update={"upstreams": upstreams, "audit": audit})
+        # model_fields_set keeps saying which sections the file or environment gave, as before
+        resolved.__pydantic_fields_set__ = set(self.model_fields_set)
+        return resolved
+
+
+def _absolute(path: Path | None, base: Path) -> Path | None:
+    """Lexically normalised, never resolved: a venv's ``bin/python`` is a symlink that must stay one."""
+    if path is None:
+        return None
+    path = path.expanduser()
+    return Path(os.path.normpath(path if path.is_absolute() else base / path))
+
+
+def _absolute_command(command: str | None, base: Path) -> str | None:
+    """A command with a folder part is a path (as in a shell); a bare name is looked up on PATH."""
+    if command is None or (os.sep not in command and (os.altsep is None or os.altsep not in command)):
+        return command
+    resolved = _absolute(Path(command), base)
+    return str(resolved)
+
+
+# -- reading and error reporting ---------------------------------------------------------------------
+
+
+def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple[Any, ...], int]]:
+    where = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read the config: {exc.strerror}", file=where) from exc
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{where}: line {line}: invalid YAML: {problem}", file=where, line=line) from exc
+    if data is None:
+        return {}, {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise ConfigError(
+            f"{where}: line 1: the config must be a YAML mapping of sections", file=where, line=1
+        )
+    lines: dict[tuple[Any, ...], int] = {}
+
+    def walk(n: yaml.Node, at: tuple[Any, ...]) -> None:
+        lines.setdefault(at, n.start_mark.line + 1)
+        if isinstance(n, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, value in n.value:
+                key = key_node.value
+                if key in seen:
+                    line = key_node.start_mark.line + 1
+                    field = _field_name((*at, key))
+                    raise ConfigError(
+                        f"{where}: line {line}: {field}: duplicate key", file=where, field=field, line=line
+                    )
+                seen.add(key)
+                lines[(*at, key)] = key_node.start_mark.line + 1
+                walk(value, (*at, key))
+        elif isinstance(n, yaml.SequenceNode):
+            for i, item in enumerate(n.value):
+                walk(item, (*at, i))
+
+    if node is not None:
+        walk(node, ())
+    return data, lines
+
+
+def _field_name(loc: Sequence[Any]) -> str:
+    """``('upstreams', 0, 'command')`` -> ``upstreams[0].command``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "config"
+
+
+def _env_source(loc: Sequence[Any]) -> str | None:
+    """The environment variable a value at ``loc`` came from, if one is set."""
+    names = {k.upper() for k in os.environ}
+    parts: list[str] = []
+    for part in loc:
+        if isinstance(part, int):
+            break
+        parts.append(str(part).upper())
+        candidate = ENV_PREFIX + ENV_NESTING.join(parts)
+        if candidate in names:
+            return candidate
+    return None
+
+
+def _config_error(
+    exc: ValidationError, where: str | None, lines: Mapping[tuple[Any, ...], int]
+) -> ConfigError:
+    errors = exc.errors()
+    first = errors[0]
+    loc = tuple(first["loc"])
+    field = _field_name(loc)
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    message = f"{field}: {_message(first, loc)}{more}"
+    env = _env_source(loc)
+    if env is not None:
+        return ConfigError(f"environment {env}: {message}", file=where, field=field)
+    if where is None:
+        return ConfigError(f"config (embedded defaults): {message}", field=field)
+    line = None
+    probe = loc
+    while probe:
+        if probe in lines:
+            line = lines[probe]
+            break
+        probe = probe[:-1]
+    at = f" line {line}:" if line is not None else ""
+    return ConfigError(f"{where}:{at} {message}", file=where, field=field, line=line)
+
+
+def _message(error: Any, loc: Sequence[Any]) -> str:
+    if error["type"] == "extra_forbidden":
+        keys = _keys_at(loc[:-1])
+        expected = f"; expected one of: {', '.join(keys)}" if keys else ""
+        return f"unknown key{expected}"
+    return re.sub(r"^(Value|Assertion) error, ", "", str(error["msg"]))
+
+
+def _keys_at(loc: Sequence[Any]) -> list[str]:
+    """The keys the section at ``loc`` accepts (for "unknown key" errors)."""
+    model: type[BaseModel] = ProxyConfig
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return []
+        inner: list[Any] = [*get_args(field.annotation), field.annotation]
+        target = next((a for a in inner if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if target is None:
+            return []
+        model = target
+    return list(model.model_fields)

@@ -1,0 +1,141 @@
+"""The open guard sessions by id: created on first use, ended on request, at idle timeout or shutdown.
+
+A session ends by being rolled back, never committed (docs/proxy.md "Sessions and protocol eras").
+The ids of recently ended sessions are remembered with why they ended, so that a late ``commit``
+for a session that was rolled back behind the agent is refused with the reason instead of being
+answered "nothing to commit".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.abc
+
+from guard.metrics import CallObserver
+from guard.models import CommitOutcome, ToolOutcome
+from proxy.sessions import EndReason, OnIdle, ProxySession, RollbackOutcome, SessionObserver, silent
+
+logger = logging.getLogger(__name__)
+
+
+class SessionLimitError(Exception):
+    """Too many sessions are open; the message says how many and what frees one."""
+
+
+class SessionOwnerError(Exception):
+    """The session id belongs to another principal."""
+
+
+_ENDED_KEPT = 10_000
+
+
+@dataclass
+class SessionRegistry:
+    """The open sessions by id (see the module docstring)."""
+
+    idle_timeout: float | None = 900.0
+    on_idle: OnIdle = "rollback"
+    max_sessions: int = 10_000
+    observer: SessionObserver | None = None
+    call_observer: CallObserver | None = None
+    limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(200))
+    clock: Callable[[], float] = time.monotonic
+    _sessions: dict[str, ProxySession] = field(default_factory=dict)
+    _ended: OrderedDict[str, EndReason] = field(default_factory=OrderedDict)
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def __iter__(self) -> Iterator[ProxySession]:
+        return iter(list(self._sessions.values()))
+
+    def get(self, session_id: str) -> ProxySession | None:
+        return self._sessions.get(session_id)
+
+    def ended(self, session_id: str) -> EndReason | None:
+        """Why a recently ended session ended (None: not ended, or long forgotten)."""
+        return self._ended.get(session_id)
+
+    def notify_call(self, outcome: ToolOutcome) -> None:
+        """Report a call decided outside any session (refused before it reached one)."""
+        (self.observer or silent).call(outcome)
+
+    def notify_commit(self, session_id: str, outcome: CommitOutcome) -> None:
+        """Report a commit answered outside any session."""
+        (self.observer or silent).commit(session_id, outcome)
+
+    def open(self, session_id: str, principal: str | None = None) -> ProxySession:
+        """The session with this id, created if there is none (raises if it is someone else's)."""
+        session = self._sessions.get(session_id)
+        if session is not None and not session.closed:
+            if session.principal != principal:
+                raise SessionOwnerError(f"session {session_id!r} belongs to another principal")
+            return session
+        if len(self._sessions) >= self.max_sessions:
+            raise SessionLimitError(
+                f"too many open sessions ({self.max_sessions}); commit or roll back finished ones"
+            )
+        session = ProxySession(
+            session_id,
+            principal=principal,
+            limiter=self.limiter,
+            observer=self.observer,
+            call_observer=self.call_observer,
+            clock=self.clock,
+        )
+        self._sessions[session_id] = session
+        self._ended.pop(session_id, None)
+        return session
+
+    async def end(self, session_id: str, reason: EndReason) -> RollbackOutcome | None:
+        """Roll a session back, close it and forget it; None when there is no such session.
+
+        The session stays listed until its rollback is done, so that "gone" means "rolled back".
+        """
+        session = self._sessions.get(session_id)
+        if session is None:
+            return None
+        try:
+            return await session.close(reason)
+        finally:
+            if self._sessions.get(session_id) is session:
+                del self._sessions[session_id]
+            self._ended[session_id] = reason
+            while len(self._ended) > _ENDED_KEPT:
+                self._ended.popitem(last=False)
+
+    async def reap_idle(self) -> list[str]:
+        """End sessions idle past the timeout (never one with a call in flight); returns their ids."""
+        if self.idle_timeout is None:
+            return []
+        idle = [
+            s.id for s in list(self._sessions.values()) if not s.busy and s.idle_for() >= self.idle_timeout
+        ]
+        for session_id in idle:
+            logger.info("session %s idle for %.1f s: rolled back", session_id, self.idle_timeout)
+            await self.end(session_id, "idle")
+        return idle
+
+    async def run_reaper(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Check for idle sessions periodically until cancelled."""
+        task_status.started()
+        if self.idle_timeout is None:
+            return
+        period = min(max(self.idle_timeout / 4, 0.05), 30.0)
+        while True:
+            await anyio.sleep(period)
+            await self.reap_idle()
+
+    async def close_all(self, reason: EndReason = "shutdown") -> None:
+        """Roll back and close every session at once (never a commit)."""
+        async with anyio.create_task_group() as tg:
+            for session_id in list(self._sessions):
+                tg.start_soon(self.end, session_id, reason)

@@ -1,0 +1,522 @@
+"""The agent-facing MCP server: the upstreams' tools, guarded, plus ``commit`` and ``rollback``.
+
+Built on the SDK's low-level ``Server`` because it relays tools exactly: every visible upstream
+tool is listed with the upstream's own input schema, output schema and annotations (only the name
+changes when the upstream has a prefix). Reserved (``__reserved__*``) tools and tools the
+upstream's policy pack does not allow are neither listed nor callable.
+
+``tools/call`` resolves the agent's session (see :func:`session_identity`) and hands the call to
+that session's guard (:class:`proxy.sessions.ProxySession`, which runs
+:class:`guard.session.GuardSession` in a worker thread: argument validation, checks, retries). The
+outcome is rendered for the agent:
+
+* allowed: the upstream's answer as it gave it (content, structured content, ``isError``), with
+  reserved ``_meta`` keys stripped;
+* refused, rolled back, held, failed: ``isError: true``, a text that says what happened and what to
+  do, and ``structuredContent`` with the verdict, the violations (rule id, message, hint, policy
+  source) and the guard's error hint; a failed call keeps the upstream's own content first.
+
+Every result carries ``_meta["shadowguard/outcome"]`` (verdict, call id, session id) so that an
+agent or its orchestrator can name the session to ``POST /api/sessions/{id}/commit``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.abc
+import mcp.types as types
+from mcp import MCPError
+from mcp.server import Server, ServerRequestContext
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from guard.errors import ErrorClass
+from guard.models import CommitOutcome, EffectClass, ErrorHint, ToolCall, ToolOutcome, Verdict, Violation
+from guard.session import RESERVED_PREFIX
+from proxy import telemetry
+from proxy.config import ConfigError, ProxyConfig
+from proxy.registry import SessionLimitError, SessionOwnerError, SessionRegistry
+from proxy.sessions import SESSION_META_KEY, ProxySession, RollbackOutcome
+from proxy.stdio import stdio_streams
+from proxy.upstreams import ToolRoute, Upstream, UpstreamError, build_catalog, strip_reserved_meta
+
+logger = logging.getLogger(__name__)
+
+OUTCOME_META_KEY = "shadowguard/outcome"
+MAX_SESSION_ID = 256
+MAX_VIOLATION_ROWS = 5
+ROLLBACK_TOOL = "rollback"
+
+Ctx = ServerRequestContext[Any, Any]
+_EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+def _invalid(message: str) -> MCPError:
+    return MCPError(code=types.INVALID_PARAMS, message=message)
+
+
+def principal_of(ctx: Ctx) -> str | None:
+    """The authenticated caller of an HTTP request (set by an auth middleware), else None."""
+    request = ctx.request
+    if request is None:
+        return None
+    user = request.scope.get("user")
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    token = getattr(user, "access_token", None)
+    client_id = getattr(token, "client_id", None)
+    if isinstance(client_id, str) and client_id:
+        return client_id
+    name = getattr(user, "display_name", None)
+    return name if isinstance(name, str) and name else None
+
+
+def session_identity(ctx: Ctx, stdio_session: str) -> tuple[str, str | None]:
+    """(session id, principal) of a request; see docs/proxy.md "Sessions and protocol eras".
+
+    In order: ``_meta["shadowguard/session"]`` (any era, any transport); on stdio the connection
+    (one per proxy process); in the handshake era over HTTP the ``Mcp-Session-Id``; in the
+    sessionless 2026-07-28 era over HTTP the authenticated principal. Otherwise the request cannot
+    be placed in a session and is refused with ``-32602``.
+    """
+    principal = principal_of(ctx)
+    meta: Mapping[str, Any] = ctx.meta or {}
+    if SESSION_META_KEY in meta:
+        value = meta[SESSION_META_KEY]
+        if not isinstance(value, str) or not value or len(value) > MAX_SESSION_ID:
+            raise _invalid(
+                f"_meta[{SESSION_META_KEY!r}] must be a non-empty string "
+                f"of at most {MAX_SESSION_ID} characters"
+            )
+        return value, principal
+    if ctx.request is None:
+        return stdio_session, principal
+    header = ctx.request.headers.get("mcp-session-id")
+    if header and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return str(header), principal
+    if principal is not None:
+        return f"principal:{principal}", principal
+    raise _invalid(
+        f"no guard session: this request carries no _meta[{SESSION_META_KEY!r}], and the 2026-07-28 HTTP era "
+        "is sessionless (no Mcp-Session-Id) with no authenticated principal. Send a session id of your "
+        f"choice in _meta[{SESSION_META_KEY!r}] with every call of one session."
+    )
+
+
+# -- rendering ------------------------------------------------------------------------------------
+
+
+def _violation_json(violation: Violation) -> dict[str, Any]:
+    out = violation.model_dump(mode="json", exclude={"rows"}, exclude_none=True)
+    if violation.rows:
+        out["rows"] = violation.rows[:MAX_VIOLATION_ROWS]
+    return out
+
+
+def _violation_text(violation: Violation) -> str:
+    parts = [f"- {violation.message} [rule {violation.rule_id}]"]
+    if violation.hint:
+        parts.append(f"  What to do: {violation.hint.strip()}")
+    if violation.source is not None:
+        quote = f': "{violation.source.quote}"' if violation.source.quote else ""
+        parts.append(f"  Policy: {violation.source.ref}{quote}")
+    return "\n".join(parts)
+
+
+def _hint_text(hint: ErrorHint) -> str:
+    parts = [f"- {hint.message} [{hint.error_class}]", f"  What to do: {hint.next_step}"]
+    for problem in hint.fields:
+        example = f"; for example {json.dumps(problem.example)}" if problem.example is not None else ""
+        where = problem.field or "(the call)"
+        parts.append(f"  {where}: {problem.problem}; expected {problem.expected}{example}")
+    return "\n".join(parts)
+
+
+_HEADLINES = {
+    Verdict.REFUSED: "Refused by the guard: {tool} did not run and nothing changed.",
+    Verdict.ROLLED_BACK: "Rolled back by the guard: {tool} ran but broke a rule, so its changes were undone.",
+    Verdict.HELD: "Held by the guard: {tool} needs a human approval; nothing was changed.",
+    Verdict.FAILED: "{tool} failed; nothing of it was kept.",
+}
+
+
+def _verdict_json(outcome: ToolOutcome, tool: str) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "verdict": outcome.verdict.value,
+        "tool": tool,
+        "effect": outcome.effect.value,
+        "violations": [_violation_json(v) for v in outcome.violations],
+    }
+    if outcome.error_class is not None:
+        out["error_class"] = outcome.error_class
+    if outcome.hint is not None:
+        out["hint"] = outcome.hint.model_dump(mode="json", exclude_none=True)
+    if outcome.retries:
+        out["retries"] = outcome.retries
+    return out
+
+
+def render_outcome(
+    outcome: ToolOutcome,
+    upstream_result: types.CallToolResult | None,
+    session_id: str | None,
+    *,
+    tool: str | None = None,
+) -> types.CallToolResult:
+    """The agent's view of a guarded call (see the module docstring); ``tool`` is the exposed name.
+
+    Allowed: the upstream's answer as it came. Anything else: ``isError`` with the guard's verdict in
+    text and ``structuredContent``; for a failed call the upstream's own content comes first (its
+    error text), then the guard's classification and what to do next.
+    """
+    tool = tool or outcome.call.tool
+    stamp: dict[str, Any] = {"verdict": outcome.verdict.value, "call_id": outcome.call.id}
+    if session_id is not None:
+        stamp["session"] = session_id
+    if outcome.verdict is Verdict.ALLOWED and upstream_result is not None:
+        meta = strip_reserved_meta(upstream_result.meta)
+        meta[OUTCOME_META_KEY] = stamp
+        return upstream_result.model_copy(update={"meta": meta})
+    if outcome.verdict is Verdict.ALLOWED:
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=outcome.result or "")],
+            _meta={OUTCOME_META_KEY: stamp},
+        )
+    lines = [_HEADLINES[outcome.verdict].format(tool=tool)]
+    lines += [_violation_text(v) for v in outcome.violations]
+    if outcome.hint is not None and not outcome.violations:
+        lines.append(_hint_text(outcome.hint))
+    content: list[types.ContentBlock] = []
+    if outcome.verdict is Verdict.FAILED and upstream_result is not None:
+        content += upstream_result.content
+    content.append(types.TextContent(type="text", text="\n".join(lines)))
+    return types.CallToolResult(
+        content=content,
+        structured_content=_verdict_json(outcome, tool),
+        is_error=True,
+        _meta={OUTCOME_META_KEY: stamp},
+    )
+
+
+def render_commit(outcome: CommitOutcome, session_id: str | None) -> types.CallToolResult:
+    stamp: dict[str, Any] = {"verdict": "committed" if outcome.committed else "refused"}
+    if session_id is not None:
+        stamp["session"] = session_id
+    structured: dict[str, Any] = {
+        "committed": outcome.committed,
+        "changes": len(outcome.changes),
+        "violations": [_violation_json(v) for v in outcome.violations],
+    }
+    if outcome.committed:
+        text = (
+            f"Committed: {len(outcome.changes)} row change(s) are now durable."
+            if outcome.changes
+            else "Committed: there were no changes to make durable."
+        )
+    else:
+        text = "\n".join(
+            [
+                "Commit refused: nothing was committed; the session's changes are still pending. "
+                "Fix what the rules below name and call commit again (or roll back).",
+                *(_violation_text(v) for v in outcome.violations),
+            ]
+        )
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        structured_content=structured,
+        is_error=not outcome.committed,
+        _meta={OUTCOME_META_KEY: stamp},
+    )
+
+
+def render_rollback(outcome: RollbackOutcome | None, session_id: str | None) -> types.CallToolResult:
+    structured: dict[str, Any]
+    if outcome is None:
+        text, structured = "Nothing to roll back: this session has no open changes.", {"rolled_back": True}
+    elif outcome.rolled_back:
+        text = (
+            f"Rolled back: {len(outcome.changes)} pending row change(s) were discarded; "
+            "nothing was committed."
+        )
+        structured = {"rolled_back": True, "changes": len(outcome.changes)}
+    else:
+        text = "Rollback incomplete; these changes remain in effect: " + "; ".join(outcome.not_reversed)
+        structured = {"rolled_back": False, "not_reversed": outcome.not_reversed}
+    stamp: dict[str, Any] = {"verdict": "rolled_back" if structured["rolled_back"] else "failed"}
+    if session_id is not None:
+        stamp["session"] = session_id
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        structured_content=structured,
+        is_error=not structured["rolled_back"],
+        _meta={OUTCOME_META_KEY: stamp},
+    )
+
+
+def _unknown_tool(tool: str, arguments: Mapping[str, Any]) -> ToolOutcome:
+    """Refused without a session: the name is not one of the listed tools (reserved, hidden, unknown)."""
+    message, step = f"Unknown tool: {tool}", "Call one of the tools listed by tools/list."
+    return ToolOutcome(
+        call=ToolCall(tool=tool, arguments=dict(arguments)),
+        effect=EffectClass.READ,
+        verdict=Verdict.REFUSED,
+        error_class=ErrorClass.NOT_FOUND.value,
+        violations=[Violation(rule_id="unknown_tool", message=message, hint=step)],
+        hint=ErrorHint(error_class=ErrorClass.NOT_FOUND.value, message=message, next_step=step),
+    )
+
+
+# -- the proxy --------------------------------------------------------------------------------------
+
+
+class GuardProxy:
+    """The agent-facing server over a set of upstreams and the guard sessions (one per agent session).
+
+    Use :meth:`running` around serving: it connects the upstreams, builds the tool catalog and
+    runs the idle-session reaper; leaving it rolls back every open session and closes the
+    connections.
+    """
+
+    def __init__(
+        self,
+        upstreams: Sequence[Upstream],
+        sessions: SessionRegistry,
+        *,
+        commit_tool: str | None = "commit",
+        rollback_tool: str | None = ROLLBACK_TOOL,
+        name: str = "shadowguard",
+        instructions: str | None = None,
+    ) -> None:
+        self.upstreams = list(upstreams)
+        self.sessions = sessions
+        if commit_tool is not None and commit_tool == rollback_tool:
+            raise ConfigError(
+                f"commit_tool.name: {commit_tool!r} is the name of the proxy's rollback tool",
+                field="commit_tool.name",
+            )
+        self.commit_tool = commit_tool
+        self.rollback_tool = rollback_tool if commit_tool is not None else None
+        self.routes: dict[str, ToolRoute] = {}
+        self._own_tools = self._proxy_tools()
+        self.stdio_session = f"stdio:{uuid.uuid4().hex}"
+        self._running = False
+        self.server: Server[Any] = Server(
+            name,
+            version=_version(),
+            instructions=instructions,
+            get_tool_input_schema=self._input_schema,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+
+    @classmethod
+    def from_config(
+        cls, config: ProxyConfig, sessions: SessionRegistry, *, spare_connections: bool = True
+    ) -> GuardProxy:
+        """``spare_connections``: keep a connection ready for the next session of each transactional
+        upstream (HTTP serves many agents; a stdio proxy serves one and does without)."""
+        commit = config.commit_tool.name if config.commit_tool.enabled else None
+        upstreams = [Upstream.from_settings(u, keep_spare=spare_connections) for u in config.upstreams]
+        return cls(upstreams, sessions, commit_tool=commit)
+
+    def _proxy_tools(self) -> dict[str, types.Tool]:
+        tools: dict[str, types.Tool] = {}
+        if self.commit_tool is not None:
+            tools[self.commit_tool] = types.Tool(
+                name=self.commit_tool,
+                description=(
+                    "Make this session's changes durable. Until you call it, every change you make "
+                    "through the other tools is pending and can be undone. Call it once, when the "
+                    "task's changes are complete and correct. The guard first checks the final state "
+                    "against the policy; if a rule is broken nothing is committed and the violations "
+                    "come back as an error, each with a hint: fix them and call it again."
+                ),
+                input_schema=dict(_EMPTY_SCHEMA),
+                annotations=types.ToolAnnotations(
+                    read_only_hint=False, destructive_hint=False, idempotent_hint=True
+                ),
+            )
+        if self.rollback_tool is not None:
+            tools[self.rollback_tool] = types.Tool(
+                name=self.rollback_tool,
+                description=(
+                    "Discard every change of this session that has not been committed, e.g. after a "
+                    "mistake you cannot fix step by step. Nothing pending is kept."
+                ),
+                input_schema=dict(_EMPTY_SCHEMA),
+                annotations=types.ToolAnnotations(
+                    read_only_hint=False, destructive_hint=True, idempotent_hint=True
+                ),
+            )
+        return tools
+
+    # -- lifecycle
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[GuardProxy]:
+        """Connect the upstreams and serve sessions until the block ends (then roll back all)."""
+        if self._running:
+            raise RuntimeError("the proxy is already running")
+        try:
+            async with anyio.create_task_group() as tg:
+                try:
+                    await self._start_upstreams(tg)
+                    self.routes = build_catalog(self.upstreams, reserved=list(self._own_tools))
+                    await tg.start(self.sessions.run_reaper)
+                    self._running = True
+                    yield self
+                finally:
+                    self._running = False
+                    with anyio.CancelScope(shield=True):
+                        await self.sessions.close_all("shutdown")
+                        async with anyio.create_task_group() as closing:
+                            for upstream in self.upstreams:
+                                closing.start_soon(upstream.aclose)
+                    tg.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The task group wraps whatever left its body; callers expect the error itself.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+
+    async def _start_upstreams(self, task_group: anyio.abc.TaskGroup) -> None:
+        """Connect every upstream at once; any that fails fails the start, all failures named."""
+        errors: list[UpstreamError] = []
+
+        async def start(upstream: Upstream) -> None:
+            try:
+                await upstream.start(task_group)
+            except UpstreamError as exc:
+                errors.append(exc)
+
+        async with anyio.create_task_group() as starting:
+            for upstream in self.upstreams:
+                starting.start_soon(start, upstream)
+        if len(errors) == 1:
+            raise errors[0]
+        if errors:
+            raise UpstreamError("; ".join(str(e) for e in errors)) from errors[0]
+
+    @property
+    def is_running(self) -> bool:
+        return self._running
+
+    def readiness(self) -> dict[str, bool]:
+        """Upstream name -> ready (connected, tool list loaded); for ``/readyz``."""
+        return {u.name: self._running and u.ready for u in self.upstreams}
+
+    async def serve_stdio(self) -> None:
+        """Serve one agent on stdin/stdout (either era) until stdin closes; its session ends with it."""
+        try:
+            async with stdio_streams() as (read_stream, write_stream):
+                await self.server.run(read_stream, write_stream, self.server.create_initialization_options())
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.sessions.end(self.stdio_session, "closed")
+
+    # -- tools/list
+    def _input_schema(self, name: str) -> Mapping[str, Any] | None:
+        own = self._own_tools.get(name)
+        if own is not None:
+            return own.input_schema
+        route = self.routes.get(name)
+        return None if route is None else route.tool.input_schema
+
+    def agent_tools(self) -> list[types.Tool]:
+        return [*(route.agent_tool() for route in self.routes.values()), *self._own_tools.values()]
+
+    async def _list_tools(
+        self, ctx: Ctx, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=self.agent_tools())
+
+    # -- tools/call
+    async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+        name = params.name
+        arguments: dict[str, Any] = dict(params.arguments or {})
+        if name == self.commit_tool or name == self.rollback_tool:
+            session_id, principal = session_identity(ctx, self.stdio_session)
+            session = self._existing(session_id, principal)
+            if name == self.commit_tool:
+                with telemetry.span("shadowguard.commit", session=session_id):
+                    if session is not None:
+                        outcome = await session.commit()
+                    else:
+                        outcome = self._commit_without_session(session_id)
+                        self.sessions.notify_commit(session_id, outcome)
+                return render_commit(outcome, session_id)
+            if session is None:
+                return render_rollback(None, session_id)
+            pending = session.in_transaction
+            rollback = await session.rollback("agent")
+            return render_rollback(rollback if pending else None, session_id)
+        route = self.routes.get(name)
+        if route is None or name.startswith(RESERVED_PREFIX):
+            refused = _unknown_tool(name, arguments)
+            self.sessions.notify_call(refused)
+            return render_outcome(refused, None, None)
+        session_id, principal = session_identity(ctx, self.stdio_session)
+        try:
+            session = self.sessions.open(session_id, principal)
+        except SessionOwnerError as exc:
+            raise _invalid(str(exc)) from exc
+        except SessionLimitError as exc:
+            raise MCPError(code=types.INVALID_REQUEST, message=str(exc)) from exc
+        meta = strip_reserved_meta(ctx.meta)
+        with telemetry.span(
+            "shadowguard.tool_call", tool=name, upstream=route.upstream.name, session=session_id
+        ):
+            result = await session.call(route.upstream, route.name, arguments, meta)
+        return render_outcome(result.outcome, result.upstream_result, session_id, tool=route.exposed)
+
+    def _commit_without_session(self, session_id: str) -> CommitOutcome:
+        """Nothing is open under this id: fine, unless the session was rolled back behind the agent."""
+        ended = self.sessions.ended(session_id)
+        if ended is None or ended == "shutdown":
+            return CommitOutcome(committed=True)
+        why = {
+            "idle": "it was idle for longer than the idle timeout",
+            "closed": "its connection was closed",
+        }[ended]
+        return CommitOutcome(
+            committed=False,
+            violations=[
+                Violation(
+                    rule_id="session_rolled_back",
+                    message=f"Nothing to commit: this session was rolled back because {why}.",
+                    hint="Redo the changes, then commit.",
+                )
+            ],
+        )
+
+    def _existing(self, session_id: str, principal: str | None) -> ProxySession | None:
+        session = self.sessions.get(session_id)
+        if session is not None and session.principal != principal:
+            raise _invalid(f"session {session_id!r} belongs to another principal")
+        return session
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("shadowguard")
+    except PackageNotFoundError:
+        return "0"
+
+
+__all__ = [
+    "OUTCOME_META_KEY",
+    "GuardProxy",
+    "UpstreamError",
+    "principal_of",
+    "render_commit",
+    "render_outcome",
+    "render_rollback",
+    "session_identity",
+]

@@ -1,0 +1,529 @@
+"""Guard sessions: one per agent session, spanning every upstream the agent calls.
+
+A :class:`ProxySession` is what an agent's session key (docs/proxy.md: ``Mcp-Session-Id``,
+``_meta["shadowguard/session"]``, the principal, or the stdio connection) maps to. It holds
+
+* one *leg* per upstream the agent has called: for a transactional upstream a connection of the
+  session's own (opened on first use, reused for every later call and transaction, closed when
+  the session ends) driven through :class:`guard.txext.RemoteBackend`; for any other upstream the
+  shared connection, driven through :class:`guard.journal.JournalBackend`;
+* on each leg, the current transaction: a :class:`guard.session.GuardSession`, begun on the first
+  call after the session opened or after the last commit or rollback.
+
+GuardSession is synchronous, so its work runs in a worker thread (``anyio.to_thread``), from which
+the backends reach the upstream connections on the event loop (``anyio.from_thread``). A session's
+calls run one at a time (its lock); sessions run concurrently.
+
+Failure semantics (never a silent commit, never a claimed rollback that did not happen):
+
+* an upstream that dies or fails a transaction request mid-session fails the call with a clear
+  error; every leg's open transaction is rolled back (the dead upstream's went with its
+  connection) and the dead connection is dropped, so the next call starts a new transaction on a
+  new connection;
+* a commit runs every leg's ``at_commit`` checks first and commits only if all pass;
+* an idle session is rolled back and closed (``on_idle: rollback``, the only setting): an agent's
+  work is never committed without the agent or an orchestrator asking for it;
+* after pending changes were lost (an upstream failure, a failed commit) the next ``commit`` is
+  refused with what happened (a rollback clears it), so that a commit never reports success over
+  work that is gone; the changes made since stay pending for the commit after.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import anyio
+import anyio.abc
+import anyio.from_thread
+import anyio.to_thread
+import mcp.types as types
+from mcp import MCPError
+from pydantic import BaseModel, Field
+
+from guard.backend import BackendError, NotReversibleError
+from guard.checks import CheckContext, run_checks
+from guard.effects import ToolInfo, classify
+from guard.errors import ErrorClass
+from guard.journal import JournalBackend
+from guard.metrics import CallObserver
+from guard.models import (
+    ChangeSet,
+    CommitOutcome,
+    EffectClass,
+    ErrorHint,
+    ToolCall,
+    ToolOutcome,
+    Verdict,
+    Violation,
+)
+from guard.session import GuardSession, ToolResult
+from guard.txext import TX_META_KEY, RemoteBackend, TransactionError
+from proxy.upstreams import (
+    CALL_TIMEOUT_S,
+    Upstream,
+    UpstreamConnection,
+    UpstreamError,
+    UpstreamGoneError,
+    is_connection_lost,
+)
+
+logger = logging.getLogger(__name__)
+
+SESSION_META_KEY = "shadowguard/session"
+"""The ``_meta`` key naming a session: agents may send it to the proxy; the proxy sends its own
+per-session id under it to transactional upstreams (their session selector on sessionless HTTP)."""
+
+OnIdle = Literal["rollback"]
+EndReason = Literal["idle", "closed", "shutdown"]
+RollbackReason = Literal["agent", "api", "idle", "closed", "shutdown", "upstream_failed", "commit_failed"]
+"""Why a session's transactions were rolled back (a metric label: keep the set small)."""
+
+
+class RollbackOutcome(BaseModel):
+    """The result of rolling a session back. ``not_reversed`` names what stayed in effect, if anything."""
+
+    rolled_back: bool
+    not_reversed: list[str] = Field(default_factory=list)
+    changes: ChangeSet = Field(default_factory=ChangeSet)
+    """The net changes that were discarded (as far as the backends could tell)."""
+
+
+class SessionObserver(Protocol):
+    """Where a session reports what happened (the proxy wires audit log and metrics to it)."""
+
+    def call(self, outcome: ToolOutcome) -> None: ...
+
+    def commit(self, session_id: str, outcome: CommitOutcome) -> None: ...
+
+    def rollback(self, session_id: str, reason: str, outcome: RollbackOutcome) -> None: ...
+
+
+class _Silent:
+    """Observes nothing (a session without an audit log or metrics, e.g. in tests)."""
+
+    def call(self, outcome: ToolOutcome) -> None:
+        return None
+
+    def commit(self, session_id: str, outcome: CommitOutcome) -> None:
+        return None
+
+    def rollback(self, session_id: str, reason: str, outcome: RollbackOutcome) -> None:
+        return None
+
+
+silent: SessionObserver = _Silent()
+
+
+@dataclass
+class CallResult:
+    """A guarded call: the guard's outcome and, when the call was forwarded, the upstream's answer."""
+
+    outcome: ToolOutcome
+    upstream_result: types.CallToolResult | None = None
+
+
+@dataclass
+class _Leg:
+    """One upstream's part of a session: its connection and the current transaction on it."""
+
+    upstream: Upstream
+    connection: UpstreamConnection
+    owned: bool
+    upstream_session: str
+    guard: GuardSession | None = None
+    remote: RemoteBackend | None = None
+
+
+def _is_gone(exc: BaseException) -> bool:
+    """The upstream connection is closed (whatever it held for the session is gone with it)."""
+    if isinstance(exc, UpstreamGoneError) or is_connection_lost(exc):
+        return True
+    return isinstance(exc, TransactionError) and exc.code == types.CONNECTION_CLOSED
+
+
+def _text(result: types.CallToolResult) -> str:
+    return "\n".join(part.text for part in result.content if isinstance(part, types.TextContent))
+
+
+class ProxySession:
+    """One agent session's guarded transactions across upstreams (see the module docstring)."""
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        principal: str | None = None,
+        limiter: anyio.CapacityLimiter | None = None,
+        observer: SessionObserver | None = None,
+        call_observer: CallObserver | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.id = session_id
+        self.principal = principal
+        self.observer: SessionObserver = observer or silent
+        self.call_observer = call_observer
+        """Passed to each GuardSession: told about every failed attempt and retry (guard.metrics)."""
+        self._limiter = limiter
+        self._clock = clock
+        self._lock = anyio.Lock()
+        self._legs: dict[str, _Leg] = {}
+        self._forwarded: types.CallToolResult | None = None
+        self._forward_meta: dict[str, Any] = {}
+        self.last_used = clock()
+        self.calls = 0
+        self.closed = False
+        self.lost: str | None = None
+        """Why earlier changes were lost; reported by (and cleared at) the next commit or rollback."""
+
+    # -- state
+    @property
+    def busy(self) -> bool:
+        return self._lock.locked()
+
+    @property
+    def in_transaction(self) -> bool:
+        return any(leg.guard is not None for leg in self._legs.values())
+
+    def idle_for(self) -> float:
+        return self._clock() - self.last_used
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able status for orchestrators."""
+        return {
+            "id": self.id,
+            "principal": self.principal,
+            "in_transaction": self.in_transaction,
+            "upstreams": sorted(self._legs),
+            "calls": self.calls,
+            "idle_s": round(self.idle_for(), 3),
+            "closed": self.closed,
+        }
+
+    async def _run(self, func: Callable[..., Any], *args: Any) -> Any:
+        return await anyio.to_thread.run_sync(func, *args, limiter=self._limiter)
+
+    # -- calls
+    async def call(
+        self,
+        upstream: Upstream,
+        tool: str,
+        arguments: Mapping[str, Any],
+        meta: Mapping[str, Any] | None = None,
+    ) -> CallResult:
+        """Guard and forward one call; ``meta`` is the agent's ``_meta`` without reserved keys."""
+        async with self._lock:
+            self.last_used = self._clock()
+            self.calls += 1
+            try:
+                if self.closed:
+                    raise UpstreamError(
+                        "this session was rolled back and closed while the call waited; nothing was sent. "
+                        "Send the call again to start a new session"
+                    )
+                leg = await self._leg(upstream)
+            except UpstreamError as exc:
+                result = CallResult(self._unavailable(upstream, tool, arguments, exc))
+            else:
+                self._forward_meta = dict(meta or {})
+                result = await self._run(self._call_sync, leg, tool, arguments)
+            await self._drop_lost_connections()
+            self.last_used = self._clock()
+        self.observer.call(result.outcome)
+        return result
+
+    async def _leg(self, upstream: Upstream) -> _Leg:
+        leg = self._legs.get(upstream.name)
+        if leg is not None:
+            return leg
+        if upstream.transactional:
+            connection, owned = await upstream.session_connection(), True
+        else:
+            connection, owned = await upstream.shared_connection(), False
+        leg = _Leg(upstream, connection, owned, upstream_session=f"sg-{uuid.uuid4().hex}")
+        self._legs[upstream.name] = leg
+        return leg
+
+    def _call_sync(self, leg: _Leg, tool: str, arguments: Mapping[str, Any]) -> CallResult:
+        self._forwarded = None
+        try:
+            guard = leg.guard if leg.guard is not None else self._begin(leg)
+            outcome = guard.call(tool, arguments)
+        except (BackendError, UpstreamError, MCPError) as exc:
+            return CallResult(self._broken(leg, tool, arguments, exc))
+        except BaseException:
+            self._rollback_sync("upstream_failed")
+            raise
+        return CallResult(outcome, self._forwarded if outcome.verdict is not Verdict.REFUSED else None)
+
+    def _begin(self, leg: _Leg) -> GuardSession:
+        """Open the leg's next transaction (worker thread)."""
+        upstream = leg.upstream
+        infos = upstream.tool_infos()
+        execute = self._executor(leg)
+        if upstream.transactional:
+            leg.remote = RemoteBackend(
+                leg.connection.session, meta={SESSION_META_KEY: leg.upstream_session}, timeout=CALL_TIMEOUT_S
+            )
+            guard = GuardSession(
+                leg.remote,
+                execute,
+                infos,
+                upstream.policy,
+                session_id=self.id,
+                principal=self.principal,
+                observer=self.call_observer,
+            )
+        else:
+            journal = JournalBackend(
+                execute, infos, upstream.policy, session_id=self.id, principal=self.principal
+            )
+            guard = GuardSession(
+                journal,
+                journal.execute,
+                infos,
+                upstream.policy,
+                session_id=self.id,
+                principal=self.principal,
+                observer=self.call_observer,
+            )
+        leg.guard = guard
+        return guard
+
+    def _executor(self, leg: _Leg) -> Callable[[str, Mapping[str, Any]], ToolResult]:
+        """Forwards one call on the leg's connection (worker thread) and keeps the upstream's answer.
+
+        What the upstream raises (a timeout, a refused request, a result the SDK refuses) is the
+        guard's to classify and maybe retry; a closed connection is :class:`UpstreamGoneError`,
+        which ends the transaction instead.
+        """
+
+        def execute(tool: str, arguments: Mapping[str, Any]) -> ToolResult:
+            self._forwarded = None
+            meta = dict(self._forward_meta)
+            if leg.remote is not None:
+                if leg.remote.tx is None:
+                    raise BackendError("no open transaction on the upstream")
+                meta[SESSION_META_KEY] = leg.upstream_session
+                meta[TX_META_KEY] = leg.remote.tx
+            result = anyio.from_thread.run(leg.connection.call_tool, tool, arguments, meta)
+            self._forwarded = result
+            return ToolResult(text=_text(result), is_error=bool(result.is_error))
+
+        return execute
+
+    def _effect(self, upstream: Upstream, tool: str, arguments: Mapping[str, Any]) -> EffectClass:
+        info = upstream.tool_info(tool) if tool in upstream.tools else ToolInfo(name=tool)
+        return classify(info, arguments, upstream.policy.effect_of(tool))[0]
+
+    def _tool_call(self, tool: str, arguments: Mapping[str, Any]) -> ToolCall:
+        return ToolCall(session_id=self.id, principal=self.principal, tool=tool, arguments=dict(arguments))
+
+    def _unavailable(
+        self, upstream: Upstream, tool: str, arguments: Mapping[str, Any], exc: Exception
+    ) -> ToolOutcome:
+        message = (
+            f"{exc}."
+            if self.closed
+            else f"The upstream {upstream.name!r} is unavailable: {exc}. The call was not sent."
+        )
+        step = "Nothing changed. Try the call again later."
+        return ToolOutcome(
+            call=self._tool_call(tool, arguments),
+            effect=self._effect(upstream, tool, arguments),
+            verdict=Verdict.FAILED,
+            error_class=ErrorClass.TRANSIENT.value,
+            result=message,
+            violations=[Violation(rule_id="upstream_unavailable", message=message, hint=step)],
+            hint=ErrorHint(
+                error_class=ErrorClass.TRANSIENT.value, message=message, next_step=step, retryable=True
+            ),
+        )
+
+    def _broken(self, leg: _Leg, tool: str, arguments: Mapping[str, Any], exc: BaseException) -> ToolOutcome:
+        """The call could not be guarded to the end: roll the whole session back and say so."""
+        gone = _is_gone(exc) or not leg.connection.alive
+        if gone:
+            leg.connection.lost = True
+        logger.warning("session %s: upstream %r failed during %s: %s", self.id, leg.upstream.name, tool, exc)
+        rollback = self._rollback_sync("upstream_failed")
+        if isinstance(exc, NotReversibleError) and not gone:
+            what = f"The call to {tool} broke a rule and could not be undone: {exc}."
+        elif gone:
+            what = f"The upstream {leg.upstream.name!r} went away during {tool} ({exc})."
+        else:
+            what = f"The upstream {leg.upstream.name!r} failed during {tool}: {exc}."
+        if rollback.not_reversed:
+            after = (
+                " The session was rolled back except for: "
+                + "; ".join(rollback.not_reversed)
+                + ". Those changes remain in effect."
+            )
+        else:
+            after = " All uncommitted changes of this session were rolled back; nothing was committed."
+        message = what + after
+        self.lost = message
+        step = "Start over: the next call opens a new transaction. Redo the lost changes."
+        error_class = ErrorClass.TRANSIENT if gone else ErrorClass.INTERNAL
+        return ToolOutcome(
+            call=self._tool_call(tool, arguments),
+            effect=self._effect(leg.upstream, tool, arguments),
+            verdict=Verdict.FAILED,
+            error_class=error_class.value,
+            result=message,
+            violations=[Violation(rule_id="upstream_failed", message=message, hint=step)],
+            hint=ErrorHint(error_class=error_class.value, message=message, next_step=step, retryable=gone),
+        )
+
+    async def _drop_lost_connections(self) -> None:
+        for name, leg in list(self._legs.items()):
+            if leg.connection.lost or not leg.connection.alive:
+                del self._legs[name]
+                if leg.owned:
+                    await leg.connection.aclose()
+
+    # -- commit / rollback
+    async def commit(self) -> CommitOutcome:
+        """Commit every leg's transaction if all their ``at_commit`` checks pass; otherwise nothing."""
+        async with self._lock:
+            self.last_used = self._clock()
+            outcome: CommitOutcome = await self._run(self._commit_sync)
+            await self._drop_lost_connections()
+        self.observer.commit(self.id, outcome)
+        return outcome
+
+    def _commit_sync(self) -> CommitOutcome:
+        legs = [leg for leg in self._legs.values() if leg.guard is not None]
+        if self.lost is not None:
+            lost, self.lost = self.lost, None
+            since = " The changes made since then are still pending." if legs else ""
+            return CommitOutcome(
+                committed=False,
+                violations=[
+                    Violation(
+                        rule_id="changes_lost",
+                        message=f"Not committed: earlier changes of this session were lost. {lost}{since}",
+                        hint="Redo what was lost if it is still needed, then call commit again.",
+                    )
+                ],
+            )
+        if not legs:
+            return CommitOutcome(committed=True)
+        changes = ChangeSet()
+        violations: list[Violation] = []
+        try:
+            for leg in legs:
+                guard = leg.guard
+                assert guard is not None
+                pending = guard.pending_changes()
+                changes = changes.extend(pending)
+                ctx = CheckContext(phase="at_commit", query=guard.backend.query, changes=pending)
+                violations += run_checks(guard.checks, ctx)
+        except (BackendError, UpstreamError, MCPError) as exc:
+            return self._commit_failed(exc, committed=[])
+        if violations:
+            return CommitOutcome(committed=False, violations=violations, changes=changes)
+        committed: list[str] = []
+        for leg in legs:
+            guard = leg.guard
+            assert guard is not None
+            try:
+                result = guard.commit()
+            except (BackendError, UpstreamError, MCPError) as exc:
+                if _is_gone(exc) or not leg.connection.alive:
+                    leg.connection.lost = True
+                return self._commit_failed(exc, committed=committed)
+            if not result.committed:
+                return self._commit_failed(
+                    BackendError("commit checks changed their verdict"), committed=committed
+                )
+            leg.guard = None
+            leg.remote = None
+            committed.append(leg.upstream.name)
+        return CommitOutcome(committed=True, changes=changes)
+
+    def _commit_failed(self, exc: BaseException, committed: list[str]) -> CommitOutcome:
+        logger.warning("session %s: commit failed: %s", self.id, exc)
+        rollback = self._rollback_sync("commit_failed")
+        if committed:
+            message = (
+                f"The commit failed part-way ({exc}): upstream(s) {', '.join(committed)} committed, "
+                "the others were rolled back."
+            )
+        else:
+            message = f"The commit failed ({exc}); nothing was committed and the session was rolled back."
+        if rollback.not_reversed:
+            message += " Not undone: " + "; ".join(rollback.not_reversed) + "."
+        self.lost = message
+        return CommitOutcome(
+            committed=False,
+            violations=[
+                Violation(
+                    rule_id="partial_commit" if committed else "commit_failed",
+                    message=message,
+                    hint="Start over: the next call opens a new transaction.",
+                )
+            ],
+        )
+
+    async def rollback(self, reason: RollbackReason = "agent") -> RollbackOutcome:
+        """Discard every leg's open transaction (and any note of lost changes: starting over)."""
+        async with self._lock:
+            self.last_used = self._clock()
+            self.lost = None
+            outcome: RollbackOutcome = await self._run(self._rollback_sync, reason)
+            await self._drop_lost_connections()
+        return outcome
+
+    def _rollback_sync(self, reason: RollbackReason) -> RollbackOutcome:
+        """Roll back every open transaction (worker thread); report what could not be undone."""
+        not_reversed: list[str] = []
+        changes = ChangeSet()
+        rolled_any = False
+        for leg in self._legs.values():
+            guard = leg.guard
+            if guard is None:
+                continue
+            leg.guard = None
+            leg.remote = None
+            rolled_any = True
+            if not leg.connection.alive:
+                journal = guard.backend if isinstance(guard.backend, JournalBackend) else None
+                if journal is not None and journal.entries:
+                    not_reversed.append(
+                        f"{leg.upstream.name}: {len(journal.entries)} applied call(s) could not be "
+                        "compensated: the connection to the upstream is gone"
+                    )
+                continue  # a transactional upstream's transaction ended with its connection
+            try:
+                changes = changes.extend(guard.pending_changes())
+                guard.rollback()
+            except NotReversibleError as exc:
+                not_reversed.append(f"{leg.upstream.name}: {exc}")
+            except (BackendError, UpstreamError, MCPError) as exc:
+                if _is_gone(exc) or not leg.connection.alive:
+                    leg.connection.lost = True
+                    continue
+                # The upstream answered but could not roll back: its transaction's state is
+                # unknown, so the connection (and the upstream session with it) is dropped.
+                leg.connection.lost = True
+                logger.warning("session %s: rollback on %r failed: %s", self.id, leg.upstream.name, exc)
+        outcome = RollbackOutcome(rolled_back=not not_reversed, not_reversed=not_reversed, changes=changes)
+        if rolled_any:
+            self.observer.rollback(self.id, reason, outcome)
+        return outcome
+
+    async def close(self, reason: EndReason) -> RollbackOutcome:
+        """End the session: roll back whatever is pending (never a commit), close its own connections."""
+        async with self._lock:
+            result: RollbackOutcome = await self._run(self._rollback_sync, reason)
+            self.closed = True
+            for leg in self._legs.values():
+                if leg.owned:
+                    await leg.connection.aclose()
+            self._legs.clear()
+        return result

@@ -1,0 +1,273 @@
+"""Metrics (Prometheus) and traces (OpenTelemetry) of guarded sessions.
+
+Metrics live in their own registry, :data:`REGISTRY` (served at ``/metrics`` by :mod:`proxy.health`),
+with the process and runtime collectors beside them:
+
+* ``shadowguard_tool_calls_total{tool, effect, verdict}`` - every call the guard decided on
+* ``shadowguard_tool_errors_total{tool, error_class}`` - calls that ended in a classified error
+* ``shadowguard_violations_total{rule}`` - rule violations that refused or rolled back a call or a commit
+* ``shadowguard_commits_total{result}`` - ``committed`` or ``refused``
+* ``shadowguard_rollbacks_total{reason}`` - sessions rolled back (``agent``, ``idle``, ``shutdown``, ...)
+* ``shadowguard_tool_call_duration_seconds{tool, effect}`` - time the guard spent on a call, checks included
+
+Traces: :func:`span` opens a span on the global OpenTelemetry tracer, so the guard's spans nest under
+the MCP SDK's own request spans (its middleware traces every message) and the upstream calls carry the
+trace context on. :func:`setup_telemetry` picks the exporter: ``none`` installs nothing (spans are the
+API's no-ops), ``console`` prints finished spans to stderr (stdout may be the MCP stdio stream),
+``otlp`` batches them to a collector over OTLP/HTTP. The SDK tracer provider can be installed only once
+per process, so it is installed on the first exporter that needs it and later calls swap the exporter
+behind it; the service name is the one of that first call.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Span as SdkSpan
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from guard.models import CommitOutcome, ToolOutcome, Verdict
+
+if TYPE_CHECKING:
+    from proxy.config import ProxyConfig, TelemetryConfig
+
+TRACER_NAME = "shadowguard"
+OTLP_TRACES_PATH = "/v1/traces"
+
+REGISTRY = CollectorRegistry()
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+GCCollector(registry=REGISTRY)
+
+TOOL_CALLS = Counter(
+    "shadowguard_tool_calls",
+    "Tool calls the guard decided on, by tool, effect class and verdict.",
+    ["tool", "effect", "verdict"],
+    registry=REGISTRY,
+)
+TOOL_ERRORS = Counter(
+    "shadowguard_tool_errors",
+    "Tool calls that ended in a classified error, by tool and error class.",
+    ["tool", "error_class"],
+    registry=REGISTRY,
+)
+VIOLATIONS = Counter(
+    "shadowguard_violations",
+    "Rule violations that refused or rolled back a call, or refused a commit, by rule id.",
+    ["rule"],
+    registry=REGISTRY,
+)
+COMMITS = Counter(
+    "shadowguard_commits",
+    "Commit requests by result (committed, refused).",
+    ["result"],
+    registry=REGISTRY,
+)
+ROLLBACKS = Counter(
+    "shadowguard_rollbacks",
+    "Sessions rolled back, by reason (agent, idle, shutdown, ...).",
+    ["reason"],
+    registry=REGISTRY,
+)
+CALL_SECONDS = Histogram(
+    "shadowguard_tool_call_duration_seconds",
+    "Time the guard spent on one call (checks, savepoints and the upstream round trip).",
+    ["tool", "effect"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+    registry=REGISTRY,
+)
+
+_COUNTED = (Verdict.REFUSED, Verdict.ROLLED_BACK)
+"""Verdicts whose violations are rule violations (a held call's entry names the approval rule)."""
+
+
+# -- metrics ------------------------------------------------------------------------------------------
+
+
+def record_call(outcome: ToolOutcome) -> None:
+    """Count one decided call and annotate the current span with what the guard did."""
+    tool, effect, verdict = outcome.call.tool, outcome.effect.value, outcome.verdict.value
+    TOOL_CALLS.labels(tool=tool, effect=effect, verdict=verdict).inc()
+    CALL_SECONDS.labels(tool=tool, effect=effect).observe(max(outcome.duration_ms, 0.0) / 1000)
+    if outcome.error_class is not None:
+        TOOL_ERRORS.labels(tool=tool, error_class=outcome.error_class).inc()
+    if outcome.verdict in _COUNTED:
+        for violation in outcome.violations:
+            VIOLATIONS.labels(rule=violation.rule_id).inc()
+    current = trace.get_current_span()
+    current.set_attributes(
+        _attributes(
+            {
+                "shadowguard.tool": tool,
+                "shadowguard.effect": effect,
+                "shadowguard.verdict": verdict,
+                "shadowguard.error_class": outcome.error_class,
+                "shadowguard.changes": len(outcome.changes),
+                "shadowguard.violations": [v.rule_id for v in outcome.violations],
+            }
+        )
+    )
+
+
+def record_commit(outcome: CommitOutcome) -> None:
+    """Count one commit request (committed or refused) and the rules that refused it."""
+    COMMITS.labels(result="committed" if outcome.committed else "refused").inc()
+    for violation in outcome.violations:
+        VIOLATIONS.labels(rule=violation.rule_id).inc()
+    trace.get_current_span().set_attributes(
+        _attributes(
+            {
+                "shadowguard.committed": outcome.committed,
+                "shadowguard.changes": len(outcome.changes),
+                "shadowguard.violations": [v.rule_id for v in outcome.violations],
+            }
+        )
+    )
+
+
+def record_rollback(reason: str) -> None:
+    """Count one session rolled back (``agent``, ``idle``, ``shutdown``, ``api``, ...)."""
+    ROLLBACKS.labels(reason=reason).inc()
+
+
+# -- traces -------------------------------------------------------------------------------------------
+
+
+def span(name: str, **attributes: Any) -> AbstractContextManager[trace.Span]:
+    """A span around a block; ``None`` attributes are left out, others made OpenTelemetry-safe.
+
+    An exception leaving the block is recorded on the span and re-raised.
+    """
+    return _span(name, _attributes(attributes))
+
+
+@contextmanager
+def _span(name: str, attributes: dict[str, Any]) -> Iterator[trace.Span]:
+    with trace.get_tracer(TRACER_NAME).start_as_current_span(name, attributes=attributes) as current:
+        yield current
+
+
+def _attributes(values: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if value is None:
+            continue
+        out[key] = _attribute(value)
+    return out
+
+
+def _attribute(value: Any) -> Any:
+    if isinstance(value, Enum):
+        value = value.value
+    if isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, Sequence) and not isinstance(value, bytes | bytearray):
+        items = [_attribute(v) for v in value if v is not None]
+        if all(isinstance(v, str) for v in items):
+            return tuple(items)
+        return tuple(str(v) for v in items)
+    return str(value)
+
+
+class _ExporterSlot(SpanProcessor):
+    """The one processor on the installed provider; forwards to the exporter chosen last."""
+
+    def __init__(self) -> None:
+        self._target: SpanProcessor | None = None
+        self._lock = threading.Lock()
+
+    def replace(self, target: SpanProcessor | None) -> None:
+        with self._lock:
+            old, self._target = self._target, target
+        if old is not None:
+            old.shutdown()  # flushes what it still holds
+
+    def on_start(self, span: SdkSpan, parent_context: otel_context.Context | None = None) -> None:
+        target = self._target
+        if target is not None:
+            target.on_start(span, parent_context=parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        target = self._target
+        if target is not None:
+            target.on_end(span)
+
+    def shutdown(self) -> None:
+        self.replace(None)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        target = self._target
+        return True if target is None else target.force_flush(timeout_millis)
+
+
+_slot = _ExporterSlot()
+_installed = False
+_install_lock = threading.Lock()
+
+
+def setup_telemetry(config: TelemetryConfig | ProxyConfig) -> None:
+    """Choose the span exporter (see the module docstring); the metrics need no setup."""
+    from proxy.config import ProxyConfig
+
+    telemetry = config.telemetry if isinstance(config, ProxyConfig) else config
+    processor = _processor(telemetry)
+    if processor is not None:
+        _install(telemetry.service_name)
+    _slot.replace(processor)
+
+
+def flush_telemetry(timeout_s: float = 5.0) -> bool:
+    """Export the spans still queued; False when the exporter did not finish in time."""
+    return _slot.force_flush(int(timeout_s * 1000))
+
+
+def shutdown_telemetry() -> None:
+    """Flush and stop the exporter (at shutdown); spans after this are dropped."""
+    _slot.replace(None)
+
+
+def _processor(telemetry: TelemetryConfig) -> SpanProcessor | None:
+    if telemetry.exporter == "console":
+        return SimpleSpanProcessor(ConsoleSpanExporter(service_name=telemetry.service_name, out=sys.stderr))
+    if telemetry.exporter == "otlp":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        return BatchSpanProcessor(OTLPSpanExporter(endpoint=traces_url(telemetry.endpoint)))
+    return None
+
+
+def traces_url(endpoint: str | None) -> str | None:
+    """The OTLP/HTTP traces URL for a collector's base URL (None: the exporter's env/default)."""
+    if endpoint is None:
+        return None
+    endpoint = endpoint.rstrip("/")
+    return endpoint if endpoint.endswith(OTLP_TRACES_PATH) else endpoint + OTLP_TRACES_PATH
+
+
+def _install(service_name: str) -> None:
+    """Put the slot on the global SDK provider: ours, or one the host installed before us."""
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        current = trace.get_tracer_provider()
+        if isinstance(current, TracerProvider):
+            current.add_span_processor(_slot)
+        else:
+            provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+            provider.add_span_processor(_slot)
+            trace.set_tracer_provider(provider)
+        _installed = True

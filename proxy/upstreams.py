@@ -1,0 +1,499 @@
+"""Upstream MCP servers: what the config names, the live connections to them, and their tool catalog.
+
+An upstream is a real MCP server the proxy relays to, over stdio (a subprocess per connection) or
+streamable HTTP. At startup the proxy opens one connection per upstream, lists its tools and reads
+its capabilities; an upstream that advertises the transaction extension (``guard.txext``) is
+*transactional*: every guard session then gets a connection of its own, opened on first use and
+reused for all of that session's calls and transactions, because the participant's transaction
+belongs to the connection's session. Non-transactional upstreams serve every session through the
+one shared connection (writes are journaled by ``guard.journal.JournalBackend``).
+
+Each connection lives in a task of its own (the SDK's client is an async context manager, which
+AnyIO requires to be entered and left by one task); :meth:`UpstreamConnection.aclose` asks that
+task to leave. A connection whose upstream died answers every request with ``-32000`` (connection
+closed); :class:`UpstreamGoneError` is how the proxy reports it, and the next session reconnects.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import anyio
+import anyio.abc
+import httpx2
+import mcp.types as types
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from guard.backend import BackendError
+from guard.effects import ToolInfo
+from guard.policy import EMPTY, PolicyPack, load_policy
+from guard.session import RESERVED_PREFIX
+from guard.txext import advertises
+
+logger = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 60.0
+"""Longest wait for an upstream to answer its handshake (a stdio server may import a lot first)."""
+CALL_TIMEOUT_S = 120.0
+"""Longest wait for one upstream request; past it the request fails with ``-32001``."""
+HTTP_TIMEOUT_S = 30.0
+HTTP_READ_TIMEOUT_S = 300.0
+"""The SDK's own HTTP timeouts (connect, write, pool; read, for streams held open)."""
+
+RESERVED_META_PREFIXES = ("io.modelcontextprotocol/", "shadowguard/")
+"""``_meta`` keys the proxy never relays: the SDK's per-request envelope (it re-stamps its own, and an
+upstream's ``serverInfo`` must not leak to agents) and the guard's own keys (an agent must not name
+a transaction or an upstream session; an upstream must not speak for the guard)."""
+_RESERVED_META_KEYS = frozenset({"progress_token", "progressToken"})
+
+Transport = Literal["stdio", "http"]
+Transactional = Literal["auto", "true", "false"] | bool
+
+
+class UpstreamSettings(Protocol):
+    """What the proxy reads from one ``upstreams:`` entry of the config (proxy.config)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def transport(self) -> str: ...
+    @property
+    def command(self) -> str | None: ...
+    @property
+    def args(self) -> Sequence[str]: ...
+    @property
+    def env(self) -> Mapping[str, str] | None: ...
+    @property
+    def url(self) -> str | None: ...
+    @property
+    def prefix(self) -> str | None: ...
+    @property
+    def transactional(self) -> Any: ...
+    @property
+    def policy(self) -> Path | str | None: ...
+
+
+class UpstreamError(Exception):
+    """An upstream could not be used as configured (the message names the upstream and why)."""
+
+
+class UpstreamGoneError(UpstreamError, BackendError):
+    """The connection to an upstream is closed: the process exited or the server went away.
+
+    Whatever the upstream held for the connection (an open transaction included) is gone with it.
+    It is a :class:`~guard.backend.BackendError` too: the guard does not classify and retry it as a
+    failed call (there is no connection to retry on); it ends the session's transaction.
+    """
+
+
+def strip_reserved_meta(meta: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A copy of ``meta`` without the keys the proxy must not relay (see RESERVED_META_PREFIXES)."""
+    return {
+        key: value
+        for key, value in (meta or {}).items()
+        if key not in _RESERVED_META_KEYS and not key.startswith(RESERVED_META_PREFIXES)
+    }
+
+
+def is_connection_lost(exc: BaseException) -> bool:
+    """True for the SDK's error for a request on a closed connection (the upstream went away)."""
+    return isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED
+
+
+def _target(spec: UpstreamSettings) -> StdioServerParameters | str:
+    if spec.transport == "stdio":
+        if not spec.command:
+            raise UpstreamError(f"upstream {spec.name!r}: transport stdio needs a command")
+        return StdioServerParameters(
+            command=spec.command, args=list(spec.args or ()), env=dict(spec.env) if spec.env else None
+        )
+    if spec.transport == "http":
+        if not spec.url:
+            raise UpstreamError(f"upstream {spec.name!r}: transport http needs a url")
+        return spec.url
+    raise UpstreamError(f"upstream {spec.name!r}: unknown transport {spec.transport!r} (stdio or http)")
+
+
+class UpstreamConnection:
+    """One initialised MCP client connection to an upstream, owned by its own task.
+
+    Open it with :meth:`open`; use :attr:`session` (an ``mcp.ClientSession``) from the event loop;
+    close it with :meth:`aclose` (idempotent). :attr:`lost` turns True once a request found the
+    connection closed, so owners can drop it instead of reusing it.
+    """
+
+    def __init__(
+        self, upstream: str, target: StdioServerParameters | str, http: httpx2.AsyncClient | None = None
+    ) -> None:
+        self.upstream = upstream
+        self._target = target
+        self._http = http
+        self._client: Client | None = None
+        self._stop = anyio.Event()
+        self._stopped = anyio.Event()
+        self.lost = False
+
+    @classmethod
+    async def open(
+        cls,
+        task_group: anyio.abc.TaskGroup,
+        upstream: str,
+        target: StdioServerParameters | str,
+        *,
+        http: httpx2.AsyncClient | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT_S,
+    ) -> UpstreamConnection:
+        """Start the connection's task in ``task_group`` and return once the handshake is done.
+
+        ``http`` is the HTTP client to reach a streamable-HTTP upstream with (shared by its
+        connections: a new client builds a TLS context, tens of milliseconds per session).
+        Raises :class:`UpstreamError` (naming the upstream and the cause) if it cannot connect.
+        """
+        conn = cls(upstream, target, http)
+        try:
+            with anyio.fail_after(connect_timeout):
+                await task_group.start(conn._run)
+        except TimeoutError as exc:
+            raise UpstreamError(
+                f"upstream {upstream!r}: cannot connect: no answer within {connect_timeout:g} s"
+            ) from exc
+        except Exception as exc:
+            raise UpstreamError(f"upstream {upstream!r}: cannot connect: {_describe(exc)}") from exc
+        return conn
+
+    async def _run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        started = False
+        try:
+            server: Any = self._target
+            if isinstance(self._target, str) and self._http is not None:
+                server = streamable_http_client(self._target, http_client=self._http)
+            client = Client(server, mode="auto", cache=None, read_timeout_seconds=CALL_TIMEOUT_S)
+            async with client:
+                self._client = client
+                started = True
+                task_status.started()
+                try:
+                    await self._stop.wait()
+                finally:
+                    self._client = None
+        except Exception as exc:
+            if not started:
+                raise
+            # The upstream went away and its client failed to close cleanly: the connection is
+            # already unusable, and the proxy must keep serving, so the error ends here, logged.
+            logger.warning("upstream %r: connection closed with an error: %s", self.upstream, _describe(exc))
+        finally:
+            self.lost = True
+            self._stopped.set()
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            raise UpstreamGoneError(f"upstream {self.upstream!r}: the connection is closed")
+        return self._client
+
+    @property
+    def session(self) -> Any:
+        """The ``mcp.ClientSession`` of this connection (typed loosely: the SDK's generic session)."""
+        return self.client.session
+
+    @property
+    def capabilities(self) -> types.ServerCapabilities | None:
+        return self.client.server_capabilities
+
+    @property
+    def alive(self) -> bool:
+        return self._client is not None and not self.lost
+
+    async def list_tools(self) -> list[types.Tool]:
+        """Every tool the upstream lists, following pagination cursors."""
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        while True:
+            try:
+                page = await self.client.list_tools(cursor=cursor)
+            except MCPError as exc:
+                self._note(exc)
+                raise
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                return tools
+
+    async def call_tool(
+        self, name: str, arguments: Mapping[str, Any], meta: Mapping[str, Any] | None
+    ) -> types.CallToolResult:
+        """One ``tools/call``; a closed connection raises :class:`UpstreamGoneError`."""
+        try:
+            result = await self.session.call_tool(
+                name, dict(arguments), CALL_TIMEOUT_S, meta=dict(meta or {})
+            )
+        except MCPError as exc:
+            self._note(exc)
+            raise
+        if not isinstance(result, types.CallToolResult):
+            raise UpstreamError(
+                f"upstream {self.upstream!r} answered tools/call {name!r} with {type(result).__name__}, "
+                "which the proxy does not relay"
+            )
+        return result
+
+    async def answers(self, timeout: float = 5.0) -> bool:
+        """The upstream answers a ping (a connection that waited unused may have lost its upstream)."""
+        if not self.alive:
+            return False
+        with anyio.move_on_after(timeout):
+            try:
+                await self.session.send_ping()
+            except MCPError as exc:
+                if exc.code not in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
+                    return True  # an answer all the same (the 2026-07-28 era has no ping: -32601)
+                logger.info("upstream %r: a waiting connection is gone: %s", self.upstream, exc.message)
+                self.lost = True
+                return False
+            return True
+        self.lost = True
+        return False
+
+    def _note(self, exc: MCPError) -> None:
+        if is_connection_lost(exc):
+            self.lost = True
+            raise UpstreamGoneError(f"upstream {self.upstream!r}: connection closed ({exc.message})") from exc
+
+    async def aclose(self) -> None:
+        self._stop.set()
+        await self._stopped.wait()
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` of the error itself, looking inside the task groups that wrap it."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _transactional_setting(value: Any) -> bool | None:
+    """True/False when the config forces it, None for ``auto`` (decide from the capabilities)."""
+    if isinstance(value, bool):
+        return value
+    text = str(getattr(value, "value", value)).lower()
+    if text == "auto":
+        return None
+    if text in ("true", "false"):
+        return text == "true"
+    raise UpstreamError(f"transactional must be auto, true or false, not {value!r}")
+
+
+class Upstream:
+    """One configured upstream: its policy pack, tool catalog, and how sessions reach it."""
+
+    def __init__(
+        self,
+        spec: UpstreamSettings,
+        policy: PolicyPack = EMPTY,
+        target: StdioServerParameters | str | None = None,
+        *,
+        keep_spare: bool = True,
+    ) -> None:
+        self.spec = spec
+        self.policy = policy
+        self.keep_spare = keep_spare
+        """Keep one connection opened ahead for the next guard session of a transactional upstream
+        (a stdio upstream's process start is then off the agent's first call)."""
+        self._refilling = False
+        self._closed = False
+        self.tools: dict[str, types.Tool] = {}
+        """Every tool the upstream listed, by its own name (before prefixing or filtering)."""
+        self.transactional = False
+        self._target = target if target is not None else _target(spec)
+        self._infos: dict[str, ToolInfo] = {}
+        self._shared: UpstreamConnection | None = None
+        self._spare: UpstreamConnection | None = None
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._http: httpx2.AsyncClient | None = None
+        self._reconnect = anyio.Lock()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def prefix(self) -> str:
+        return self.spec.prefix or ""
+
+    @classmethod
+    def from_settings(cls, spec: UpstreamSettings, *, keep_spare: bool = True) -> Upstream:
+        """Validate the entry and load its policy pack (a bad pack fails here, naming file and line)."""
+        target = _target(spec)
+        policy = load_policy(spec.policy) if spec.policy else EMPTY
+        return cls(spec, policy, target, keep_spare=keep_spare)
+
+    def tool_info(self, name: str) -> ToolInfo:
+        return self._infos[name]
+
+    def tool_infos(self) -> dict[str, ToolInfo]:
+        """What the guard knows of each tool (schema, annotations), by the upstream's own names."""
+        return self._infos
+
+    def visible(self, name: str) -> bool:
+        """An agent may see and call the tool: not reserved, and allowed by the policy pack."""
+        return not name.startswith(RESERVED_PREFIX) and self.policy.allows(name)
+
+    async def start(self, task_group: anyio.abc.TaskGroup) -> None:
+        """Connect, read the tool list and capabilities, and decide whether the upstream transacts.
+
+        The startup connection of a transactional upstream is kept as a spare: the first guard
+        session takes it instead of starting a new one (for stdio, a new process).
+        """
+        self._task_group = task_group
+        forced = _transactional_setting(self.spec.transactional)
+        if isinstance(self._target, str) and self._http is None:
+            self._http = httpx2.AsyncClient(timeout=httpx2.Timeout(HTTP_TIMEOUT_S, read=HTTP_READ_TIMEOUT_S))
+        conn = await self._open(prime=False)
+        try:
+            tools = await conn.list_tools()
+        except (MCPError, UpstreamError) as exc:
+            await conn.aclose()
+            raise UpstreamError(f"upstream {self.name!r}: cannot list its tools: {exc}") from exc
+        self.tools = {tool.name: tool for tool in tools}
+        self._infos = {tool.name: _tool_info(tool) for tool in tools}
+        self.transactional = advertises(conn.capabilities) if forced is None else forced
+        if self.transactional:
+            self._spare = conn
+        else:
+            self._shared = conn
+        logger.info(
+            "upstream %r: %d tools, %s",
+            self.name,
+            len(self.tools),
+            "transactional" if self.transactional else "journaled",
+        )
+
+    async def _open(self, *, prime: bool = True) -> UpstreamConnection:
+        """A new connection; ``prime`` lists the tools on it at once, so that the client knows each
+        tool's output schema and ``x-mcp-header`` arguments before its first call (the SDK would
+        otherwise list them after that call, and send it without the headers)."""
+        if self._task_group is None or self._target is None:
+            raise UpstreamError(f"upstream {self.name!r} is not started")
+        conn = await UpstreamConnection.open(self._task_group, self.name, self._target, http=self._http)
+        if prime:
+            try:
+                await conn.list_tools()
+            except (MCPError, UpstreamError) as exc:
+                await conn.aclose()
+                raise UpstreamError(f"upstream {self.name!r}: cannot list its tools: {exc}") from exc
+        return conn
+
+    async def session_connection(self) -> UpstreamConnection:
+        """A connection of its own for one guard session (transactional upstreams).
+
+        The spare is handed out if it still answers a ping (its upstream may have died while it
+        waited); then the next spare is prepared in the background.
+        """
+        spare, self._spare = self._spare, None
+        if self.keep_spare and self._task_group is not None and not self._refilling:
+            self._refilling = True
+            self._task_group.start_soon(self._refill)
+        if spare is not None and await spare.answers():
+            return spare
+        if spare is not None:
+            await spare.aclose()
+        return await self._open()
+
+    async def _refill(self) -> None:
+        try:
+            conn = await self._open()
+        except UpstreamError as exc:
+            # No spare this time: the next session connects on its own (and reports the error).
+            logger.warning("upstream %r: cannot prepare a spare connection: %s", self.name, exc)
+            return
+        finally:
+            self._refilling = False
+        if self._spare is None and not self._closed:
+            self._spare = conn
+        else:
+            await conn.aclose()
+
+    async def shared_connection(self) -> UpstreamConnection:
+        """The connection all sessions share (non-transactional upstreams), reopened if it died."""
+        async with self._reconnect:
+            if self._shared is None or not self._shared.alive:
+                old, self._shared = self._shared, None
+                if old is not None:
+                    await old.aclose()
+                self._shared = await self._open()
+            return self._shared
+
+    @property
+    def ready(self) -> bool:
+        """Started, and (for a journaled upstream) its shared connection is up."""
+        if self._task_group is None:
+            return False
+        return self.transactional or (self._shared is not None and self._shared.alive)
+
+    async def aclose(self) -> None:
+        """Close the shared and spare connections (sessions close their own first) and the HTTP client."""
+        self._closed = True
+        for conn in (self._shared, self._spare):
+            if conn is not None:
+                await conn.aclose()
+        self._shared = self._spare = None
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+
+def _tool_info(tool: types.Tool) -> ToolInfo:
+    hints = tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else {}
+    return ToolInfo(name=tool.name, input_schema=tool.input_schema, annotations=hints)
+
+
+@dataclass(frozen=True)
+class ToolRoute:
+    """Where an agent-visible tool name leads: the upstream and the tool's own name there."""
+
+    exposed: str
+    upstream: Upstream
+    tool: types.Tool
+
+    @property
+    def name(self) -> str:
+        return self.tool.name
+
+    def agent_tool(self) -> types.Tool:
+        """The tool as agents see it: the upstream's schema and annotations, under its exposed name."""
+        if self.exposed == self.tool.name:
+            return self.tool
+        return self.tool.model_copy(update={"name": self.exposed})
+
+
+def build_catalog(upstreams: Sequence[Upstream], reserved: Sequence[str] = ()) -> dict[str, ToolRoute]:
+    """Agent-visible tool name -> route, in upstream and listing order.
+
+    Reserved and policy-hidden tools are left out. Two visible tools with one name (or a tool named
+    like the proxy's own ``reserved`` tools) are a configuration error naming both and the fix.
+    """
+    routes: dict[str, ToolRoute] = {}
+    for upstream in upstreams:
+        for name, tool in upstream.tools.items():
+            if not upstream.visible(name):
+                continue
+            exposed = upstream.prefix + name
+            clash = routes.get(exposed)
+            if clash is not None:
+                raise UpstreamError(
+                    f"tool name {exposed!r} is served by upstreams {clash.upstream.name!r} and "
+                    f"{upstream.name!r}: give one of them a prefix in the config"
+                )
+            if exposed in reserved:
+                raise UpstreamError(
+                    f"upstream {upstream.name!r} serves a tool named {exposed!r}, which is the proxy's own "
+                    "tool: give the upstream a prefix or rename the proxy's tool (commit_tool.name)"
+                )
+            routes[exposed] = ToolRoute(exposed=exposed, upstream=upstream, tool=tool)
+    return routes

@@ -1,0 +1,373 @@
+"""Harness for the proxy's end-to-end tests: real upstream servers and real ``shadowguard serve``
+processes, configs written per test module, and an agent wrapper that names its guard session.
+
+Helpers are fixtures (``harness``) because test modules are imported with ``--import-mode=importlib``
+and cannot import each other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mcp.types as types
+import pytest
+import yaml
+from mcp import Client
+
+from benchmark.tasks import BenchData
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
+NOTES_SERVER = FIXTURES / "notes_server.py"
+NOTES_POLICY = FIXTURES / "notes_policy.yaml"
+NOTES_JOURNAL_POLICY = FIXTURES / "notes_journal_policy.yaml"
+RETAIL_POLICY = ROOT / "policies" / "sandbox_external_retail" / "policy.yaml"
+SHADOWGUARD = str(Path(sys.executable).parent / "shadowguard")
+MARKER_ENV = "SG_TEST_MARKER"
+STARTUP_TIMEOUT_S = 90.0
+MAX_BODY_BYTES = 256 * 1024
+RETAIL_SERVE = [SHADOWGUARD, "env", "serve", "--domain", "sandbox_external_retail"]
+
+
+def text(result: types.CallToolResult) -> str:
+    return "\n".join(p.text for p in result.content if isinstance(p, types.TextContent))
+
+
+class Process:
+    """A server subprocess whose stderr goes to a file; it announces its URL there."""
+
+    def __init__(
+        self, args: list[str], log: Path, *, announce: str | None, env: Mapping[str, str] | None = None
+    ):
+        self.log = log
+        self._log_file = log.open("wb")
+        self.proc = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=self._log_file,
+            env={**os.environ, **(env or {})},
+            cwd=str(ROOT),
+        )
+        self._announce = announce
+        self.url: str | None = None
+
+    def ready(self) -> Process:
+        """Wait for the announced URL (servers started together are waited for together)."""
+        if self.url is None and self._announce is not None:
+            self.url = self._wait(self._announce)
+        return self
+
+    def _wait(self, announce: str) -> str:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            for line in self.log.read_text(errors="replace").splitlines():
+                if announce in line and "http://" in line:
+                    return line[line.index("http://") :].strip()
+            if self.proc.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"{self.proc.args} exited {self.proc.returncode}:\n{self.log.read_text()}")
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"{self.proc.args} did not announce a URL:\n{self.log.read_text()}")
+
+    def restart(self, args: list[str]) -> Process:
+        """Start again (after a kill) with ``args``, and wait until it announces its URL."""
+        assert self.proc.poll() is not None, "stop or kill the process first"
+        self._log_file.close()
+        self._log_file = self.log.open("wb")
+        self.proc = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._log_file, cwd=str(ROOT)
+        )
+        self.url = None
+        return self.ready()
+
+    @property
+    def base(self) -> str:
+        assert self.url is not None
+        return self.url.rsplit("/mcp", 1)[0]
+
+    def stop(self) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log_file.close()
+        return self.proc.returncode
+
+
+def notes_rows(db: Path) -> dict[str, dict[str, Any]]:
+    """The committed notes, read straight from the database file."""
+    conn = sqlite3.connect(str(db), timeout=10)
+    try:
+        rows = conn.execute("SELECT id, body, status FROM notes ORDER BY id").fetchall()
+    finally:
+        conn.close()
+    return {r[0]: {"id": r[0], "body": r[1], "status": r[2]} for r in rows}
+
+
+def pids_with_marker(marker: str) -> list[int]:
+    """Processes started with ``SG_TEST_MARKER=marker`` in their environment (upstreams of a test)."""
+    needle = f"{MARKER_ENV}={marker}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry))
+    return found
+
+
+def kill(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        stat = Path(f"/proc/{pid}/stat").read_text() if Path(f"/proc/{pid}/stat").exists() else ""
+        if ") Z " in stat:
+            return
+        time.sleep(0.02)
+
+
+@dataclass
+class Agent:
+    """An agent's MCP client plus the guard session it names (None: the transport's own)."""
+
+    client: Client
+    session: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def _meta(self, extra: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        meta = {**self.meta, **(extra or {})}
+        if self.session is not None:
+            meta["shadowguard/session"] = self.session
+        return meta or None
+
+    async def call(
+        self, name: str, arguments: Mapping[str, Any] | None = None, meta: Mapping[str, Any] | None = None
+    ) -> types.CallToolResult:
+        return await self.client.call_tool(name, dict(arguments or {}), meta=self._meta(meta))
+
+    async def ok(self, name: str, arguments: Mapping[str, Any] | None = None) -> str:
+        result = await self.call(name, arguments)
+        assert not result.is_error, text(result)
+        return text(result)
+
+    async def json(self, name: str, arguments: Mapping[str, Any] | None = None) -> Any:
+        return json.loads(await self.ok(name, arguments))
+
+    async def refused(self, name: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The structured guard verdict of a call that must come back as an error."""
+        result = await self.call(name, arguments)
+        assert result.is_error, text(result)
+        assert result.structured_content is not None, text(result)
+        return dict(result.structured_content)
+
+
+def era_agent_session(mode: str) -> str | None:
+    """The 2026-07-28 era is sessionless: the agent names its session in ``_meta``."""
+    return None if mode == "legacy" else f"agent-{uuid.uuid4().hex[:12]}"
+
+
+def write_config(path: Path, upstreams: list[dict[str, Any]], **sections: Any) -> Path:
+    path.write_text(yaml.safe_dump({"upstreams": upstreams, **sections}, sort_keys=False))
+    return path
+
+
+def notes_upstream(db: Path, marker: str, *, name: str = "notes", **extra: Any) -> dict[str, Any]:
+    """The notes fixture as a transactional stdio upstream."""
+    return {
+        "name": name,
+        "transport": "stdio",
+        "command": sys.executable,
+        "args": [str(NOTES_SERVER), "--db", str(db), "--transactional"],
+        "env": {MARKER_ENV: marker},
+        "policy": str(NOTES_POLICY),
+        **extra,
+    }
+
+
+def retail_upstream(bench: BenchData, marker: str) -> dict[str, Any]:
+    """The retail benchmark domain as a transactional stdio upstream, with its policy pack."""
+    return {
+        "name": "retail",
+        "transport": "stdio",
+        "command": SHADOWGUARD,
+        "args": [
+            "env",
+            "serve",
+            "--domain",
+            "sandbox_external_retail",
+            "--stdio",
+            "--data",
+            str(bench.tasks_root),
+        ],
+        "env": {MARKER_ENV: marker},
+        "policy": str(RETAIL_POLICY),
+    }
+
+
+@pytest.fixture(scope="module")
+def module_tmp(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    return tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+
+
+@pytest.fixture(scope="session")
+def proxy_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("proxy")
+
+
+@dataclass
+class Upstreams:
+    """The upstream servers the HTTP proxy relays to (started together, once per test run)."""
+
+    notes: Process
+    """The notes fixture over HTTP with the transaction extension (``notes_db``)."""
+    journal: Process
+    """The notes fixture over HTTP without it: the proxy journals its writes (``journal_db``)."""
+    retail: Process
+    """The retail domain: ``shadowguard env serve --port 0``."""
+    notes_db: Path
+    journal_db: Path
+
+
+def notes_http_args(db: Path, port: int = 0, *, transactional: bool) -> list[str]:
+    return [
+        sys.executable,
+        str(NOTES_SERVER),
+        "--db",
+        str(db),
+        "--port",
+        str(port),
+        *(["--transactional"] if transactional else []),
+    ]
+
+
+@pytest.fixture(scope="session")
+def upstreams(proxy_tmp: Path, bench: BenchData) -> Iterator[Upstreams]:
+    notes_db, journal_db = proxy_tmp / "notes-http.sqlite", proxy_tmp / "journal.sqlite"
+    notes = Process(
+        notes_http_args(notes_db, transactional=True),
+        proxy_tmp / "notes-http.log",
+        announce="notes: listening on",
+    )
+    journal = Process(
+        notes_http_args(journal_db, transactional=False),
+        proxy_tmp / "journal.log",
+        announce="notes: listening on",
+    )
+    retail = Process(
+        [*RETAIL_SERVE, "--port", "0", "--data", str(bench.tasks_root)],
+        proxy_tmp / "retail.log",
+        announce="env serve: listening on",
+    )
+    try:
+        yield Upstreams(notes.ready(), journal.ready(), retail.ready(), notes_db, journal_db)
+    finally:
+        for process in (notes, journal, retail):
+            process.stop()
+
+
+@pytest.fixture(scope="session")
+def notes_db(proxy_tmp: Path) -> Path:
+    """The database of the notes fixture when a stdio proxy starts it as a stdio upstream."""
+    return proxy_tmp / "notes-stdio.sqlite"
+
+
+@pytest.fixture(scope="session")
+def marker() -> str:
+    """Marks the upstream processes the proxies of this test run start (see pids_with_marker)."""
+    return uuid.uuid4().hex
+
+
+def journal_upstream(url: str) -> dict[str, Any]:
+    return {
+        "name": "journal",
+        "transport": "http",
+        "url": url,
+        "prefix": "j_",
+        "policy": str(NOTES_JOURNAL_POLICY),
+    }
+
+
+def retail_http_upstream(url: str) -> dict[str, Any]:
+    return {"name": "retail", "transport": "http", "url": url, "policy": str(RETAIL_POLICY)}
+
+
+@pytest.fixture(scope="session")
+def http_proxy(proxy_tmp: Path, upstreams: Upstreams) -> Iterator[Process]:
+    """``shadowguard serve`` over HTTP with three upstreams, all over HTTP: the notes fixture
+    (transactional, its policy pack), the notes fixture without transactions (journaled, prefix
+    ``j_``) and the retail domain (transactional, its policy pack)."""
+    assert upstreams.notes.url is not None and upstreams.journal.url is not None
+    assert upstreams.retail.url is not None
+    config = write_config(
+        proxy_tmp / "proxy.yaml",
+        [
+            {"name": "notes", "transport": "http", "url": upstreams.notes.url, "policy": str(NOTES_POLICY)},
+            journal_upstream(upstreams.journal.url),
+            retail_http_upstream(upstreams.retail.url),
+        ],
+        http={"host": "127.0.0.1", "port": 0, "max_body_bytes": MAX_BODY_BYTES},
+        audit={"path": str(proxy_tmp / "audit.jsonl")},
+    )
+    process = Process(
+        [SHADOWGUARD, "serve", "--config", str(config)],
+        proxy_tmp / "proxy.log",
+        announce="shadowguard serve: listening on",
+    ).ready()
+    process.audit = proxy_tmp / "audit.jsonl"  # type: ignore[attr-defined]
+    yield process
+    assert process.stop() == 0, process.log.read_text()
+
+
+@dataclass
+class Harness:
+    """What the proxy test modules share (see the module docstring)."""
+
+    text = staticmethod(text)
+    notes_rows = staticmethod(notes_rows)
+    pids_with_marker = staticmethod(pids_with_marker)
+    kill = staticmethod(kill)
+    write_config = staticmethod(write_config)
+    journal_upstream = staticmethod(journal_upstream)
+    retail_http_upstream = staticmethod(retail_http_upstream)
+    notes_http_args = staticmethod(notes_http_args)
+    notes_upstream = staticmethod(notes_upstream)
+    retail_upstream = staticmethod(retail_upstream)
+    era_agent_session = staticmethod(era_agent_session)
+    Agent = Agent
+    Process = Process
+    shadowguard = SHADOWGUARD
+    notes_server = NOTES_SERVER
+    notes_journal_policy = NOTES_JOURNAL_POLICY
+    notes_policy = NOTES_POLICY
+    marker_env = MARKER_ENV
+    max_body_bytes = MAX_BODY_BYTES
+    retail_policy = RETAIL_POLICY
+
+
+@pytest.fixture(scope="session")
+def harness() -> Harness:
+    return Harness()

@@ -1,0 +1,379 @@
+"""The demo accounts app as a real MCP server: a ``python -m proxy.demo.server`` subprocess driven by SDK
+clients over stdio (both protocol eras), directly and through the transaction extension
+(``RemoteBackend`` in a worker thread), with the example policy pack on top.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+import mcp.types as types
+import pytest
+import sqlalchemy as sa
+from mcp import Client, MCPError, StdioServerParameters
+
+from guard.effects import ToolInfo, classify
+from guard.models import EffectClass, Verdict
+from guard.policy import load_policy
+from guard.session import GuardSession
+from guard.txext import TX_META_KEY, TX_UNKNOWN, RemoteBackend, advertises
+from proxy.config import ProxyConfig
+from proxy.demo.server import SESSION_META_KEY, accounts, create_engine, metadata, prepare_database
+
+ROOT = Path(__file__).resolve().parents[2]
+PACK = ROOT / "policies" / "example" / "policy.yaml"
+DEMO_CONFIG = ROOT / "proxy" / "demo" / "shadowguard.yaml"
+T = TypeVar("T")
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "accounts.sqlite"
+
+
+@asynccontextmanager
+async def serve(db: Path, mode: str = "auto", *, reset: bool = True) -> AsyncIterator[Client]:
+    args = ["-m", "proxy.demo.server", "--db", str(db), *(["--reset"] if reset else [])]
+    params = StdioServerParameters(command=sys.executable, args=args, env=dict(os.environ))
+    async with Client(params, mode=mode, cache=None, read_timeout_seconds=30) as client:
+        yield client
+
+
+def text(result: types.CallToolResult) -> str:
+    return "\n".join(p.text for p in result.content if isinstance(p, types.TextContent))
+
+
+def balances(db: Path) -> dict[str, str]:
+    engine = create_engine(db)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(sa.select(accounts.c.id, accounts.c.balance_cents)).all()
+    finally:
+        engine.dispose()
+    return {row[0]: f"{row[1] / 100:.2f}" for row in rows}
+
+
+async def in_thread(func: Callable[[], T]) -> T:
+    return await anyio.to_thread.run_sync(func)
+
+
+# -- tools, directly ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_lists_three_tools_with_annotations_and_advertises_the_extension(db: Path, mode: str) -> None:
+    async with serve(db, mode) as client:
+        assert advertises(client.server_capabilities)
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) == {"list_accounts", "rename_account", "transfer_funds"}
+    effects = {
+        name: classify(
+            ToolInfo(name, t.input_schema, t.annotations.model_dump(by_alias=True) if t.annotations else {}),
+            {},
+        )[0]
+        for name, t in tools.items()
+    }
+    assert effects == {
+        "list_accounts": EffectClass.READ,
+        "rename_account": EffectClass.WRITE,
+        "transfer_funds": EffectClass.IRREVERSIBLE,
+    }
+    assert tools["transfer_funds"].input_schema["required"] == [
+        "from_account",
+        "to_account",
+        "amount",
+        "memo",
+    ]
+
+
+async def test_the_three_tools_commit_at_once_without_a_transaction(db: Path) -> None:
+    async with serve(db) as client:
+        listed = json.loads(text(await client.call_tool("list_accounts", {})))
+        assert [a["id"] for a in listed["accounts"]] == ["acc-alice", "acc-bob", "acc-carol"]
+        assert listed["accounts"][0] == {
+            "id": "acc-alice",
+            "owner": "Alice Martin",
+            "name": "Everyday",
+            "status": "active",
+            "balance": "1250.00",
+            "currency": "EUR",
+        }
+        renamed = await client.call_tool("rename_account", {"account_id": "acc-bob", "name": "Rainy day"})
+        assert not renamed.is_error
+        assert renamed.structured_content is not None
+        assert renamed.structured_content["account"]["name"] == "Rainy day"
+        moved = await client.call_tool(
+            "transfer_funds",
+            {"from_account": "acc-alice", "to_account": "acc-bob", "amount": 12.5, "memo": "lunch"},
+        )
+        assert not moved.is_error
+        body = json.loads(text(moved))
+        assert body["transfer"]["amount"] == "12.50"
+        assert (body["from"]["balance"], body["to"]["balance"]) == ("1237.50", "322.50")
+    assert balances(db) == {"acc-alice": "1237.50", "acc-bob": "322.50", "acc-carol": "80.00"}
+    async with serve(db, reset=False) as client:
+        again = json.loads(text(await client.call_tool("list_accounts", {})))
+    assert again["accounts"][1]["name"] == "Rainy day"
+
+
+BAD_CALLS = [
+    (
+        "transfer_funds",
+        {"from_account": "acc-x", "to_account": "acc-bob", "amount": 1, "memo": ""},
+        "Unknown account: acc-x",
+    ),
+    (
+        "transfer_funds",
+        {"from_account": "acc-bob", "to_account": "acc-bob", "amount": 1, "memo": ""},
+        "must differ",
+    ),
+    (
+        "transfer_funds",
+        {"from_account": "acc-alice", "to_account": "acc-bob", "amount": 0.001, "memo": ""},
+        "2 decimals",
+    ),
+    (
+        "transfer_funds",
+        {"from_account": "acc-alice", "to_account": "acc-bob", "amount": -5, "memo": ""},
+        "positive",
+    ),
+    (
+        "transfer_funds",
+        {"from_account": "acc-alice", "to_account": "acc-bob", "amount": "5", "memo": ""},
+        "a number",
+    ),
+    (
+        "transfer_funds",
+        {"from_account": "acc-alice", "to_account": "acc-bob", "amount": 5},
+        "memo must be a string",
+    ),
+    ("rename_account", {"account_id": "acc-bob"}, "name must be a non-empty string"),
+    ("rename_account", {"account_id": "acc-bob", "name": "x", "owner": "y"}, "unknown argument(s) ['owner']"),
+    ("close_account", {"account_id": "acc-bob"}, "Unknown tool: close_account"),
+]
+
+
+async def test_bad_input_is_a_tool_error_and_changes_nothing(db: Path) -> None:
+    async with serve(db) as client:
+        for tool, arguments, message in BAD_CALLS:
+            result = await client.call_tool(tool, arguments)
+            assert result.is_error, tool
+            assert message in text(result)
+    assert balances(db) == {"acc-alice": "1250.00", "acc-bob": "310.00", "acc-carol": "80.00"}
+
+
+# -- the transaction extension ----------------------------------------------------------------------------
+
+
+async def test_begin_savepoint_changes_rollback_through_remote_backend(db: Path) -> None:
+    async with serve(db) as client:
+
+        def work() -> None:
+            remote = RemoteBackend(client.session, timeout=30)
+            remote.begin()
+            first = remote.savepoint()
+            renamed = remote.call_tool("rename_account", {"account_id": "acc-alice", "name": "Household"})
+            assert not renamed.is_error
+            [change] = remote.changes(first)
+            assert (change.table, change.key, change.op) == ("accounts", "acc-alice", "update")
+            assert change.before is not None and change.after is not None
+            assert (change.before["name"], change.after["name"]) == ("Everyday", "Household")
+            remote.release(first)
+
+            second = remote.savepoint()
+            moved = remote.call_tool(
+                "transfer_funds",
+                {"from_account": "acc-alice", "to_account": "acc-bob", "amount": 100, "memo": "rent"},
+            )
+            assert not moved.is_error
+            ops = [(c.table, c.op) for c in remote.changes(second)]
+            assert ops == [("accounts", "update"), ("accounts", "update"), ("transfers", "insert")]
+            assert remote.query("SELECT balance_cents FROM accounts WHERE id = :id", {"id": "acc-bob"}) == [
+                {"balance_cents": 41000}
+            ]
+            remote.rollback_to(second)
+            assert [c.table for c in remote.changes()] == ["accounts"]
+            assert remote.query("SELECT COUNT(*) AS n FROM transfers") == [{"n": 0}]
+            remote.rollback()
+
+        await in_thread(work)
+        listed = json.loads(text(await client.call_tool("list_accounts", {})))
+    assert listed["accounts"][0]["name"] == "Everyday"
+    assert balances(db) == {"acc-alice": "1250.00", "acc-bob": "310.00", "acc-carol": "80.00"}
+
+
+async def test_commit_makes_the_shadow_changes_durable_and_sessions_are_isolated(db: Path) -> None:
+    async with serve(db) as client:
+
+        def work() -> None:
+            remote = RemoteBackend(client.session, meta={SESSION_META_KEY: "agent-1"}, timeout=30)
+            remote.begin()
+            remote.call_tool(
+                "transfer_funds",
+                {"from_account": "acc-bob", "to_account": "acc-alice", "amount": 10, "memo": "refund"},
+            )
+            other = RemoteBackend(client.session, meta={SESSION_META_KEY: "agent-2"}, timeout=30)
+            other.begin()
+            assert len(remote.changes()) == 3
+            assert len(other.changes()) == 0
+            other.rollback()
+            return remote
+
+        remote = await in_thread(work)
+        with pytest.raises(MCPError) as foreign:
+            await client.call_tool(
+                "list_accounts", {}, meta={SESSION_META_KEY: "agent-2", TX_META_KEY: remote.tx}
+            )
+        assert foreign.value.code == TX_UNKNOWN
+        await in_thread(remote.commit)
+    assert balances(db) == {"acc-alice": "1260.00", "acc-bob": "300.00", "acc-carol": "80.00"}
+
+
+# -- the example policy pack on the real server ------------------------------------------------------------
+
+
+async def test_example_pack_guards_the_demo_app(db: Path) -> None:
+    schema = {name: [c.name for c in table.columns] for name, table in metadata.tables.items()}
+    async with serve(db, "legacy") as client:
+        listed = (await client.list_tools()).tools
+        tools = {
+            t.name: ToolInfo(
+                t.name,
+                t.input_schema,
+                t.annotations.model_dump(by_alias=True, exclude_none=True) if t.annotations else {},
+            )
+            for t in listed
+        }
+        pack = load_policy(
+            PACK,
+            schema=schema,
+            tools=list(tools),
+            tool_arguments={
+                name: list(info.input_schema.get("properties", {})) for name, info in tools.items()
+            },
+        )
+
+        def work() -> list[Any]:
+            remote = RemoteBackend(client.session, timeout=30)
+            session = GuardSession(remote, remote.executor(), tools, pack, session_id="demo")
+            renamed = session.call("rename_account", {"account_id": "acc-alice", "name": "Household"})
+            overdraft = session.call(
+                "transfer_funds",
+                {"from_account": "acc-bob", "to_account": "acc-alice", "amount": 500, "memo": "too much"},
+            )
+            frozen = session.call(
+                "transfer_funds",
+                {"from_account": "acc-alice", "to_account": "acc-carol", "amount": 5, "memo": "gift"},
+            )
+            large = session.call(
+                "transfer_funds",
+                {"from_account": "acc-alice", "to_account": "acc-bob", "amount": 1200, "memo": "car"},
+            )
+            fine = session.call(
+                "transfer_funds",
+                {"from_account": "acc-alice", "to_account": "acc-bob", "amount": 25, "memo": "books"},
+            )
+            blank = session.call("rename_account", {"account_id": "acc-bob", "name": "  "})
+            refused = session.commit()
+            session.call("rename_account", {"account_id": "acc-bob", "name": "Savings"})
+            committed = session.commit()
+            return [renamed, overdraft, frozen, large, fine, blank, refused, committed]
+
+        renamed, overdraft, frozen, large, fine, blank, refused, committed = await in_thread(work)
+
+    assert renamed.verdict is Verdict.ALLOWED and len(renamed.changes) == 1
+    assert overdraft.verdict is Verdict.ROLLED_BACK
+    [violation] = overdraft.violations
+    assert violation.rule_id == "example.no_overdraft"
+    assert violation.source is not None and "section 3.1" in violation.source.ref
+    assert violation.rows == [{"account_id": "acc-bob", "balance": -190.0}]
+    assert frozen.verdict is Verdict.REFUSED and frozen.violations[0].rule_id == "example.frozen_accounts"
+    assert not frozen.changes
+    assert large.verdict is Verdict.HELD and large.violations[0].rule_id == "example.large_transfers"
+    assert {c.table for c in large.changes} == {"accounts", "transfers"}
+    assert fine.verdict is Verdict.ALLOWED and fine.effect is EffectClass.IRREVERSIBLE
+    assert blank.verdict is Verdict.ALLOWED
+    assert not refused.committed and refused.violations[0].rule_id == "example.accounts_named"
+    assert committed.committed
+    assert {(c.table, c.key) for c in committed.changes if c.table == "accounts"} == {
+        ("accounts", "acc-alice"),
+        ("accounts", "acc-bob"),
+    }
+    assert balances(db) == {"acc-alice": "1225.00", "acc-bob": "335.00", "acc-carol": "80.00"}
+
+
+# -- the quickstart through the proxy ----------------------------------------------------------------------
+
+
+def _shadowguard(*args: str) -> list[str]:
+    script = Path(sys.executable).with_name("shadowguard")
+    if script.is_file():
+        return [str(script), *args]
+    return [sys.executable, "-c", "from proxy.cli import main; main()", *args]
+
+
+def test_make_demo_runs_the_story_through_the_proxy() -> None:
+    """What ``make demo`` runs: proxy up, scripted agent over HTTP, proxy down; 0 = verdicts as expected."""
+    run = subprocess.run(
+        [sys.executable, "-m", "proxy.demo", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        cwd=ROOT,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = run.stdout
+    assert "guard -> rolled_back" in out and "[rule example.no_overdraft]" in out
+    assert "guard -> refused" in out and "[rule example.frozen_accounts]" in out
+    assert "guard -> committed" in out
+    assert "demo: every verdict as the policy pack says" in out
+    assert "acc-alice  Alice Martin  Household    active    1225.00 EUR" in out
+    assert "audit log of this run (10 JSON lines" in out
+
+
+async def test_the_demo_config_over_stdio_as_a_desktop_client_runs_it(db: Path) -> None:
+    """The Claude Desktop / Cursor path: ``shadowguard serve --stdio --config proxy/demo/shadowguard.yaml``
+    (the HTTP side port on any free port, the app's database in the test's folder)."""
+    engine = create_engine(db)
+    prepare_database(engine, reset=True)
+    engine.dispose()
+    config = ProxyConfig.load(DEMO_CONFIG)
+    [upstream] = config.upstreams
+    override = [{**upstream.model_dump(mode="json"), "args": [*upstream.args, "--db", str(db)]}]
+    env = {**os.environ, "SHADOWGUARD_UPSTREAMS": json.dumps(override), "SHADOWGUARD_HTTP__PORT": "0"}
+    command = _shadowguard("serve", "--stdio", "--config", str(DEMO_CONFIG))
+    params = StdioServerParameters(command=command[0], args=command[1:], env=env)
+    async with Client(params, mode="legacy", cache=None, read_timeout_seconds=60) as client:
+        names = [t.name for t in (await client.list_tools()).tools]
+        assert names[:3] == ["list_accounts", "rename_account", "transfer_funds"] and "commit" in names
+        moved = await client.call_tool(
+            "transfer_funds",
+            {"from_account": "acc-bob", "to_account": "acc-alice", "amount": 10, "memo": "x"},
+        )
+        assert not moved.is_error, text(moved)
+        assert balances(db)["acc-bob"] == "310.00"  # still in the shadow transaction
+        overdraft = await client.call_tool(
+            "transfer_funds",
+            {"from_account": "acc-bob", "to_account": "acc-alice", "amount": 900, "memo": "x"},
+        )
+        assert overdraft.is_error and "example.no_overdraft" in text(overdraft)
+        committed = await client.call_tool("commit", {})
+        assert not committed.is_error, text(committed)
+    assert balances(db) == {"acc-alice": "1260.00", "acc-bob": "300.00", "acc-carol": "80.00"}
