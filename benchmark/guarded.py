@@ -10,7 +10,7 @@ from typing import Any
 from benchmark.envs import Domain, Environment
 from benchmark.envs.hashing import stable_rows
 from benchmark.envs.store import KEY, SEQ
-from guard.checks import CheckContext, RuleText
+from guard.checks import CheckContext, Phase, RuleText
 from guard.effects import ToolInfo
 from guard.models import ChangeSet, Violation
 from guard.policy import PolicyPack, load_policy
@@ -88,7 +88,7 @@ class GoldenStateCheck:
     """
 
     id = "golden_state"
-    phase = "at_commit"
+    phase: Phase = "at_commit"
 
     def __init__(self, env: Environment, golden_hash: str) -> None:
         self.env = env
