@@ -11,11 +11,22 @@ discarded.
 from __future__ import annotations
 
 import gc
+import math
+import signal
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
+
+import anyio
+import mcp.types as types
+import yaml
+from mcp import Client
 
 from benchmark.envs import Database, Environment, load_domain
 from benchmark.guarded import backend_for, executor_for, tool_infos
@@ -253,3 +264,227 @@ def measure_guard_core(
         session_us=statistics.median(sessions) / 1000 if sessions else 0.0,
         pack_not_allowed=not_allowed,
     )
+
+
+# -- proxy ------------------------------------------------------------------------------------------
+PROXY_CLIENTS = (1, 8, 32)
+PROXY_CALLS = 50
+PROXY_PATHS = ("direct", "proxy")
+PROXY_KINDS = ("read", "write")
+PEERS_NOT_MEASURED = "mcp-proxy, mcp-airlock, FastMCP's proxy"
+NOTES_SERVER = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "notes_server.py"
+NOTES_POLICY = NOTES_SERVER.with_name("notes_policy.yaml")
+SESSION_META_KEY = "shadowguard/session"
+STARTUP_TIMEOUT_S = 60.0
+RUN_TIMEOUT_S = 600.0
+CALL_TIMEOUT_S = 60.0
+
+
+class ProxyBenchError(RuntimeError):
+    """The proxy benchmark could not run (a server did not start, a call failed)."""
+
+
+@dataclass
+class ProxyPerfRow:
+    """One path, kind and concurrency: every client's tools/call round trips, pooled."""
+
+    path: str
+    kind: str
+    clients: int
+    calls: int
+    median_ms: float
+    p99_ms: float
+    calls_per_s: float
+    median_ratio: float | None = None
+    p99_ratio: float | None = None
+    throughput_ratio: float | None = None
+    """``None`` on the direct rows; through the proxy: latency ratios and calls/s ratio against direct."""
+
+
+@dataclass
+class ProxyPerf:
+    calls_per_client: int
+    rows: list[ProxyPerfRow]
+
+    def row(self, path: str, kind: str, clients: int) -> ProxyPerfRow:
+        return next(r for r in self.rows if (r.path, r.kind, r.clients) == (path, kind, clients))
+
+
+def _p99(values: Sequence[float]) -> float:
+    """Nearest-rank 99th percentile."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
+
+
+class _Server:
+    """A server subprocess on 127.0.0.1 that announces its URL on stderr (logged to a file)."""
+
+    def __init__(self, args: list[str], log: Path, announce: str) -> None:
+        self.log = log
+        self.name = Path(args[0]).name if len(args) < 2 else f"{Path(args[0]).name} {Path(args[1]).name}"
+        self._log_file = log.open("wb")
+        self.proc = subprocess.Popen(  # noqa: S603 - the notes fixture and our own console script
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._log_file
+        )
+        self.announce = announce
+
+    def wait_url(self) -> str:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            for line in self.log.read_text(errors="replace").splitlines():
+                if self.announce in line and "http://127.0.0.1:" in line:
+                    return line[line.index("http://") :].strip()
+            if self.proc.poll() is not None:
+                raise ProxyBenchError(
+                    f"{self.name} exited {self.proc.returncode}:\n{self.log.read_text()[-2000:]}"
+                )
+            time.sleep(0.05)
+        raise ProxyBenchError(f"{self.name} did not start in {STARTUP_TIMEOUT_S:.0f} s")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log_file.close()
+
+
+def _check(result: types.CallToolResult, what: str) -> None:
+    if result.is_error:
+        text = " ".join(p.text for p in result.content if isinstance(p, types.TextContent))
+        raise ProxyBenchError(f"{what} failed: {text[:500]}")
+
+
+async def _client_run(url: str, path: str, kind: str, client: int, calls: int, run: str) -> list[float]:
+    """One client's timed round trips (ms). Through the proxy each call is committed (untimed)
+    before the next: a guard session holds the SQLite upstream's write lock until it ends."""
+    session = f"bench-{run}-{kind}-{client}"
+    meta = cast(types.RequestParamsMeta, {SESSION_META_KEY: session})
+    tool, arguments = (
+        ("get_note", {"id": "n1"})
+        if kind == "read"
+        else ("put_note", {"id": f"bench-{client}", "body": "benchmark note", "status": "draft"})
+    )
+    times = []
+    async with Client(url, mode="2026-07-28", cache=None, read_timeout_seconds=CALL_TIMEOUT_S) as mcp_client:
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            result = await mcp_client.call_tool(tool, dict(arguments), meta=meta)
+            times.append((time.perf_counter() - t0) * 1000)
+            _check(result, f"{path} {tool}")
+            if path == "proxy":
+                _check(await mcp_client.call_tool("commit", {}, meta=meta), f"{path} commit")
+    return times
+
+
+async def _measure_one(url: str, path: str, kind: str, clients: int, calls: int, run: str) -> ProxyPerfRow:
+    per_client: dict[int, list[float]] = {}
+
+    async def one(i: int) -> None:
+        per_client[i] = await _client_run(url, path, kind, i, calls, run)
+
+    t0 = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for i in range(clients):
+            tg.start_soon(one, i)
+    wall = time.perf_counter() - t0
+    times = [t for ts in per_client.values() for t in ts]
+    return ProxyPerfRow(
+        path=path,
+        kind=kind,
+        clients=clients,
+        calls=len(times),
+        median_ms=statistics.median(times),
+        p99_ms=_p99(times),
+        calls_per_s=len(times) / wall if wall else 0.0,
+    )
+
+
+def _proxy_config(path: Path, upstream_url: str) -> Path:
+    config = {
+        "upstreams": [
+            {"name": "notes", "transport": "http", "url": upstream_url, "policy": str(NOTES_POLICY)}
+        ],
+        "http": {"host": "127.0.0.1", "port": 0},
+        "telemetry": {"exporter": "none"},
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def measure_proxy(
+    clients: Sequence[int] = PROXY_CLIENTS,
+    calls: int = PROXY_CALLS,
+    *,
+    shadowguard: str | None = None,
+    on_progress: Callable[[str], None] | None = None,
+) -> ProxyPerf:
+    """tools/call round trips of ``clients`` concurrent 2026-07-28 era MCP clients over HTTP, each in
+    its own session (``_meta["shadowguard/session"]``), ``calls`` each: straight to the notes fixture
+    (transactional, streamable HTTP) and through ``shadowguard serve`` relaying to the same upstream.
+
+    Reads are ``get_note`` (a passthrough read); writes are ``put_note`` (a guarded write). Each
+    configuration runs once, after one warm-up call per client path; the servers are subprocesses on
+    127.0.0.1 and are stopped before this returns, whatever happens.
+    """
+    if not NOTES_SERVER.is_file():
+        raise ProxyBenchError(f"the notes fixture is not here: {NOTES_SERVER} (run from a source checkout)")
+    if calls < 1 or not clients or min(clients) < 1:
+        raise ProxyBenchError("clients and calls must be at least 1")
+    executable = shadowguard or str(Path(sys.executable).parent / "shadowguard")
+    rows: list[ProxyPerfRow] = []
+    with tempfile.TemporaryDirectory(prefix="sg-perf-proxy-") as tmp:
+        work = Path(tmp)
+        servers: list[_Server] = []
+        try:
+            upstream = _Server(
+                [
+                    sys.executable,
+                    str(NOTES_SERVER),
+                    "--db",
+                    str(work / "notes.sqlite"),
+                    "--port",
+                    "0",
+                    "--transactional",
+                ],
+                work / "notes.log",
+                "notes: listening on",
+            )
+            servers.append(upstream)
+            upstream_url = upstream.wait_url()
+            proxy = _Server(
+                [executable, "serve", "--config", str(_proxy_config(work / "proxy.yaml", upstream_url))],
+                work / "proxy.log",
+                "shadowguard serve: listening on",
+            )
+            servers.append(proxy)
+            urls = {"direct": upstream_url, "proxy": proxy.wait_url()}
+
+            async def run_all() -> None:
+                with anyio.fail_after(RUN_TIMEOUT_S):
+                    for path in PROXY_PATHS:
+                        await _measure_one(urls[path], path, "read", 1, 1, "warmup")
+                    for kind in PROXY_KINDS:
+                        for n in clients:
+                            for path in PROXY_PATHS:
+                                if on_progress is not None:
+                                    on_progress(f"{path} {kind}, {n} clients × {calls} calls")
+                                rows.append(
+                                    await _measure_one(urls[path], path, kind, n, calls, f"{kind}{n}")
+                                )
+
+            anyio.run(run_all)
+        finally:
+            for server in reversed(servers):
+                server.stop()
+    for row in rows:
+        if row.path == "direct":
+            continue
+        base = next(r for r in rows if (r.path, r.kind, r.clients) == ("direct", row.kind, row.clients))
+        row.median_ratio = row.median_ms / base.median_ms if base.median_ms else None
+        row.p99_ratio = row.p99_ms / base.p99_ms if base.p99_ms else None
+        row.throughput_ratio = row.calls_per_s / base.calls_per_s if base.calls_per_s else None
+    return ProxyPerf(calls_per_client=calls, rows=rows)

@@ -7,8 +7,11 @@ The reference booking tools keep dates as ISO strings and money as ``Decimal``; 
 from __future__ import annotations
 
 import datetime as dt
-from decimal import ROUND_HALF_UP, Decimal
+import math
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
+
+from benchmark.envs.errors import ToolError
 
 BOOKINGS = "booking_api_bookings"
 GROUP_BOOKINGS = "booking_api_group_bookings"
@@ -31,6 +34,21 @@ CENTS = Decimal("0.01")
 def money(amount: Decimal) -> Decimal:
     """Round to cents half-up, the reference's ``quantize(TWO_PLACES, ROUND_HALF_UP)``."""
     return amount.quantize(CENTS, rounding=ROUND_HALF_UP)
+
+
+def cents(value: float | Decimal) -> Decimal:
+    """A float argument as money: ``Decimal(str(x))`` rounded half-up to cents."""
+    try:
+        return money(Decimal(str(value)))
+    except InvalidOperation as exc:
+        raise ToolError(str(exc)) from exc
+
+
+def finite(name: str, value: float) -> float:
+    """Refuse inf/nan the way the reference's ``allow_inf_nan=False`` input fields do."""
+    if not math.isfinite(value):
+        raise ToolError(f"Input validation failed: {name}: Input should be a finite number")
+    return value
 
 
 def parse_iso(text: str) -> dt.datetime:

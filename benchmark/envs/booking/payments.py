@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from benchmark.envs.booking.money import cents, finite
+from benchmark.envs.booking.common import cents, finite
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
 
