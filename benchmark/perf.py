@@ -476,7 +476,13 @@ def measure_proxy(
                                     await _measure_one(urls[path], path, kind, n, calls, f"{kind}{n}")
                                 )
 
-            anyio.run(run_all)
+            try:
+                anyio.run(run_all)
+            except Exception as exc:
+                logs = "\n".join(
+                    f"--- {s.name}:\n{s.log.read_text(errors='replace')[-3000:]}" for s in servers
+                )
+                raise ProxyBenchError(f"the benchmark failed: {exc!r}\n{logs}") from exc
         finally:
             for server in reversed(servers):
                 server.stop()
