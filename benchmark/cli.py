@@ -189,11 +189,31 @@ def perf(
             "under the current directory, where it exists).",
         ),
     ] = None,
+    proxy: Annotated[
+        bool,
+        typer.Option(
+            "--proxy",
+            help="Time tools/call round trips of concurrent MCP clients straight to an upstream (the notes "
+            "fixture over HTTP) and through `shadowguard serve`, instead of the grading step.",
+        ),
+    ] = False,
+    clients: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--clients", min=1, help="With --proxy: concurrent clients (repeatable; default 1, 8, 32)."
+        ),
+    ] = None,
+    calls: Annotated[int, typer.Option("--calls", min=1, help="With --proxy: calls per client.")] = 50,
 ) -> None:
     """Time the grading step per task (init + golden replay + hash) beside the reference's figure."""
     from benchmark.perf import REFERENCE_INIT_MS, REFERENCE_MS_PER_TASK, measure_envs
 
     console = Console()
+    if proxy:
+        if guard_core or policy is not None:
+            raise typer.BadParameter("--proxy does not take --guard-core or --policy", param_hint="--proxy")
+        _perf_proxy(console, clients, calls)
+        return
     domains = _domains(domain)
     try:
         bench = resolve_data(data)
@@ -325,6 +345,84 @@ def _perf_guard_core(
             f"+{w.overhead_us['guard']:.0f} µs ×{w.ratio['guard']:.2f} through the guard{pack}; "
             f"session {r.session_us:.0f} µs"
         )
+
+
+def _perf_proxy(console: Console, clients: list[int] | None, calls: int) -> None:
+    from benchmark.perf import PEERS_NOT_MEASURED, PROXY_CLIENTS, ProxyBenchError, ProxyPerfRow, measure_proxy
+
+    counts = sorted(set(clients)) if clients else list(PROXY_CLIENTS)
+    with Progress(
+        TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True
+    ) as progress:
+        bar = progress.add_task("starting the notes upstream and shadowguard serve")
+        try:
+            result = measure_proxy(
+                counts, calls, on_progress=lambda what: progress.update(bar, description=what)
+            )
+        except ProxyBenchError as exc:
+            console.print(f"[red]error:[/red] {exc}", highlight=False)
+            raise typer.Exit(1) from exc
+
+    def ratio(value: float | None) -> str:
+        return f"{value:.2f}" if value is not None else "-"
+
+    table = RichTable(
+        title=f"tools/call round trips over HTTP, 127.0.0.1 ({calls} calls per client, 2026-07-28 era; "
+        "× against direct at the same concurrency)"
+    )
+    table.add_column("path", no_wrap=True)
+    for col in (
+        "kind",
+        "clients",
+        "ok",
+        "failed",
+        "median ms",
+        "p99 ms",
+        "calls/s",
+        "× median",
+        "× p99",
+        "× calls/s",
+    ):
+        table.add_column(col, justify="right")
+    for r in result.rows:
+        table.add_row(
+            "direct" if r.path == "direct" else "shadowguard",
+            r.kind,
+            str(r.clients),
+            str(r.calls),
+            str(r.failed),
+            f"{r.median_ms:.2f}",
+            f"{r.p99_ms:.2f}",
+            f"{r.calls_per_s:.0f}",
+            ratio(r.median_ratio),
+            ratio(r.p99_ratio),
+            ratio(r.throughput_ratio),
+        )
+    Console(width=max(console.width, 132)).print(table)
+    console.print(
+        "direct: the notes fixture (tests/fixtures/notes_server.py, transactional) over streamable HTTP. "
+        "shadowguard: `shadowguard serve` relaying to it, with its policy pack. "
+        "read: get_note (passthrough). write: put_note (guarded: shadow transaction, savepoint, "
+        "change set, checks); through the proxy each write is committed before the next "
+        "(untimed, but counted in calls/s). failed: tool or JSON-RPC "
+        "errors (the fixture's SQLite file takes one writer at a time), left out of the latencies.",
+        highlight=False,
+    )
+    console.print(f"Peer proxies ({PEERS_NOT_MEASURED}) were not measured.", highlight=False)
+
+    def pick(kind: str, n: int) -> tuple[ProxyPerfRow, ProxyPerfRow]:
+        return result.row("direct", kind, n), result.row("proxy", kind, n)
+
+    parts = []
+    for kind in ("read", "write"):
+        for n in (counts[0], counts[-1]):
+            d, p = pick(kind, n)
+            parts.append(
+                f"{kind} ×{n} {p.median_ms:.1f} ms vs {d.median_ms:.1f} ms ({ratio(p.median_ratio)}x)"
+            )
+            if counts[0] == counts[-1]:
+                break
+    print("perf proxy: median through shadowguard vs direct: " + "; ".join(parts))
 
 
 def _advance(progress: Progress, bar: TaskID) -> Callable[[object], None]:
