@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from benchmark.envs.booking.common import cents, finite
+from benchmark.envs.booking.common import ESCALATE_TIME, MODIFY_TIME, cents, finite, parse_iso
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
 
@@ -20,8 +20,8 @@ BOOKINGS = "booking_api_bookings"
 TRANSACTIONS = "payment_api_transactions"
 
 # Frozen "now" of charge, refund and invoice (SPEC §3.3), and of disputes.
-PAYMENT_NOW = dt.datetime(2025, 11, 25, 10, 0, 0, tzinfo=dt.UTC)
-DISPUTE_NOW = dt.datetime(2025, 11, 30, 10, 0, 0, tzinfo=dt.UTC)
+PAYMENT_NOW = parse_iso(MODIFY_TIME)
+DISPUTE_NOW = parse_iso(ESCALATE_TIME)
 
 REFUND_ESTIMATE = "3-5 business days"
 

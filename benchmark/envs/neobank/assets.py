@@ -9,22 +9,21 @@ New ids are ``len(table) + 1`` formatted per table (SPEC §3.2), so a clashing i
 from __future__ import annotations
 
 import datetime as dt
-import enum
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
+from benchmark.envs.neobank.common import PROVISION_NOW, employee_by_email, value
 
-EMPLOYEES = "sandbox_neobank_support_main_models_employees"
 ASSETS = "sandbox_neobank_support_main_models_hardware_assets"
 ASSIGNMENTS = "sandbox_neobank_support_main_models_asset_assignments"
 ORDERS = "sandbox_neobank_support_main_models_procurement_orders"
 LICENSES = "sandbox_neobank_support_main_models_software_licenses"
 ALLOCATIONS = "sandbox_neobank_support_main_models_license_allocations"
 
-ASSET_NOW = dt.datetime(2025, 12, 17, 10, 0, 0, tzinfo=dt.UTC)
+ASSET_NOW = PROVISION_NOW
 RETIRED_AT = ASSET_NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -43,19 +42,10 @@ class DeviceInfo(BaseModel):
     age_months: int
 
 
-def _value(member: Any) -> Any:
-    return member.value if isinstance(member, enum.Enum) else member
-
-
 def _enum_values(table: str, field: str, env: Environment) -> frozenset[str]:
     """The allowed values of an enum column, read from the table's row model."""
     annotation = env.table(table).spec.row_model.model_fields[field].annotation
     return frozenset(m.value for m in annotation)  # type: ignore[union-attr]
-
-
-def _employee(env: Environment, email: str) -> BaseModel | None:
-    found = env.table(EMPLOYEES).where(email=email)
-    return found[0] if found else None
 
 
 def _asset(env: Environment, asset_id: str) -> BaseModel:
@@ -97,13 +87,13 @@ def _active_allocations(env: Environment, license_id: str) -> list[BaseModel]:
 
 def asset_management_api_assign_device(env: Environment, args: BaseModel) -> dict[str, Any]:
     """No unassign tool exists, so an assigned or retired asset is refused rather than reassigned."""
-    employee = _employee(env, args.email)
+    employee = employee_by_email(env, args.email)
     if employee is None:
         raise ToolError(f"Employee not found: {args.email}")
     asset = _asset(env, args.asset_id)
     if asset.is_assigned:
         raise ToolError(f"Asset {args.asset_id} is already assigned")
-    if _value(asset.condition) == "retired":
+    if value(asset.condition) == "retired":
         raise ToolError(f"Cannot assign retired asset: {args.asset_id}")
     assignments = env.table(ASSIGNMENTS)
     assignment_id = f"ASN-{assignments.count() + 1:08d}"
@@ -133,8 +123,8 @@ def asset_management_api_check_inventory(env: Environment, args: BaseModel) -> d
     located = env.table(ASSETS).where(
         device_type=args.device_type, warehouse_location=args.warehouse_location
     )
-    matching = [a for a in located if _value(a.condition) != "retired"]
-    available = [a for a in matching if not a.is_assigned and _value(a.condition) in ("new", "good")]
+    matching = [a for a in located if value(a.condition) != "retired"]
+    available = [a for a in matching if not a.is_assigned and value(a.condition) in ("new", "good")]
     return {
         "device_type": args.device_type,
         "warehouse_location": args.warehouse_location,
@@ -155,12 +145,12 @@ def asset_management_api_get_device_details(env: Environment, args: BaseModel) -
             assigned_to = active[0].employee_id
     return {
         "asset_id": asset.id,
-        "device_type": _value(asset.device_type),
+        "device_type": value(asset.device_type),
         "device_model": asset.device_model,
         "purchase_date": asset.purchase_date,
         "age_months": age,
-        "condition": _value(asset.condition),
-        "warehouse_location": _value(asset.warehouse_location),
+        "condition": value(asset.condition),
+        "warehouse_location": value(asset.warehouse_location),
         "is_assigned": asset.is_assigned,
         "assigned_to": assigned_to,
     }
@@ -168,7 +158,7 @@ def asset_management_api_get_device_details(env: Environment, args: BaseModel) -
 
 def asset_management_api_get_employee_devices(env: Environment, args: BaseModel) -> dict[str, Any]:
     """Devices of the employee's active assignments, in assignment order; dangling asset ids are skipped."""
-    employee = _employee(env, args.email)
+    employee = employee_by_email(env, args.email)
     if employee is None:
         raise ToolError(f"Employee not found: {args.email}")
     devices = []
@@ -180,10 +170,10 @@ def asset_management_api_get_employee_devices(env: Environment, args: BaseModel)
         try:
             device = DeviceInfo(
                 asset_id=asset.id,
-                device_type=_value(asset.device_type),
+                device_type=value(asset.device_type),
                 device_model=asset.device_model,
                 assigned_at=assignment.assigned_at,
-                condition=_value(asset.condition),
+                condition=value(asset.condition),
                 age_months=age,
             )
         except ValidationError as exc:
@@ -195,7 +185,7 @@ def asset_management_api_get_employee_devices(env: Environment, args: BaseModel)
 def asset_management_api_retire_device(env: Environment, args: BaseModel) -> dict[str, Any]:
     """Retiring an assigned device also closes its active assignments (returned at the frozen instant)."""
     asset = _asset(env, args.asset_id)
-    previous = _value(asset.condition)
+    previous = value(asset.condition)
     if previous == "retired":
         raise ToolError(f"Asset {args.asset_id} is already retired")
     was_assigned = asset.is_assigned
@@ -218,7 +208,7 @@ def asset_management_api_retire_device(env: Environment, args: BaseModel) -> dic
 
 def hardware_procurement_api_create_order(env: Environment, args: BaseModel) -> dict[str, Any]:
     """Only the requester is checked; the ticket id is stored unverified; the date is its first 10 chars."""
-    requester = _employee(env, args.requester_email)
+    requester = employee_by_email(env, args.requester_email)
     if requester is None:
         raise ToolError(f"Requester not found: {args.requester_email}")
     orders = env.table(ORDERS)
@@ -232,7 +222,7 @@ def hardware_procurement_api_create_order(env: Environment, args: BaseModel) -> 
         orders.record(
             {
                 "id": order_id,
-                "device_type": _value(args.device_type),
+                "device_type": value(args.device_type),
                 "device_model": args.device_model,
                 "quantity": args.quantity,
                 "ship_to_location": args.ship_to_location,
@@ -249,7 +239,7 @@ def hardware_procurement_api_create_order(env: Environment, args: BaseModel) -> 
 
 def license_management_api_allocate_license(env: Environment, args: BaseModel) -> dict[str, Any]:
     """No deallocate tool exists: refuse a second active seat and, for limited pools, an exhausted pool."""
-    employee = _employee(env, args.email)
+    employee = employee_by_email(env, args.email)
     if employee is None:
         raise ToolError(f"Employee not found: {args.email}")
     pool = _license(env, args.software_name)
@@ -258,7 +248,7 @@ def license_management_api_allocate_license(env: Environment, args: BaseModel) -
     active = _active_allocations(env, pool.id)
     if any(a.employee_id == employee.id for a in active):
         raise ToolError(f"Employee already has a license for this software: {args.software_name}")
-    if _value(pool.license_type) != "unlimited" and len(active) >= (pool.total_licenses or 0):
+    if value(pool.license_type) != "unlimited" and len(active) >= (pool.total_licenses or 0):
         raise ToolError("No licenses available in pool")
     allocations = env.table(ALLOCATIONS)
     allocation_id = f"LAL-{allocations.count() + 1:08d}"
@@ -282,7 +272,7 @@ def license_management_api_check_availability(env: Environment, args: BaseModel)
     pool = _license(env, args.software_name)
     if pool is None:
         raise ToolError(f"Software not found in license inventory: {args.software_name}")
-    license_type = _value(pool.license_type)
+    license_type = value(pool.license_type)
     if license_type == "unlimited":
         return {"available_licenses": None, "total_licenses": None, "license_type": license_type}
     total = pool.total_licenses or 0
@@ -298,7 +288,7 @@ def license_management_api_check_license_type(env: Environment, args: BaseModel)
     if pool is None:
         raise ToolError(f"Software not found in license inventory: {args.software_name}")
     return {
-        "license_type": _value(pool.license_type),
+        "license_type": value(pool.license_type),
         "license_id": pool.id,
         "annual_cost_per_license": pool.annual_cost_per_license,
     }
