@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from benchmark.envs.environment import Environment, Table
+from benchmark.envs.consulting.actions import free_id
+from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
 
 CATALOG = "software_catalog_software_catalog"
@@ -42,13 +43,6 @@ def _pick(record: BaseModel, fields: Iterable[str]) -> dict[str, Any]:
     """The given fields of a record in output form, without the ``None`` ones."""
     out = {name: _out(getattr(record, name)) for name in fields}
     return {k: v for k, v in out.items() if v is not None}
-
-
-def _first_free_id(table: Table, prefix: str) -> str:
-    n = 0
-    while table.exists(f"{prefix}{n:06d}"):
-        n += 1
-    return f"{prefix}{n:06d}"
 
 
 def _catalog_item(software: BaseModel) -> dict[str, Any]:
@@ -117,7 +111,7 @@ def okta_provision_access(env: Environment, args: BaseModel) -> dict[str, Any]:
     logs.create(
         logs.record(
             {
-                "id": _first_free_id(logs, "AAL-2-"),
+                "id": free_id(logs, "AAL-2"),
                 "employee_email": args.email,
                 "app_name": args.app_name,
                 "access_type": access_type,
@@ -147,7 +141,7 @@ def mavenlink_api(env: Environment, args: BaseModel) -> dict[str, Any]:
 def approval_create_request(env: Environment, args: BaseModel) -> dict[str, Any]:
     """A pending request with whatever emails and codes were given (no validation)."""
     requests = env.table(APPROVALS)
-    approval_id = _first_free_id(requests, "APR-2-")
+    approval_id = free_id(requests, "APR-2")
     requests.create(
         requests.record(
             {
