@@ -132,6 +132,55 @@ class TelemetryConfig(_Section):
     service_name: str = Field(default="shadowguard", min_length=1)
 
 
+class ApprovalsConfig(_Section):
+    """The approval queue (docs/approvals.md): where it is kept and how long a held call waits."""
+
+    store: str = Field(
+        default="sqlite:///shadowguard-approvals.db", pattern=r"^(sqlite|postgresql|redis)\S*://\S*$"
+    )
+    """SQLAlchemy URL (``sqlite:///file.db`` relative to the config's folder, ``postgresql://...``) or
+    ``redis://host:port/db`` (several replicas share one queue)."""
+    expires_after_s: float = Field(default=3600.0, gt=0)
+    """A pending request not decided by then expires: the call is not done."""
+    wait_s: float = Field(default=30.0, ge=0)
+    """How long the agent's tools/call waits for a decision before it returns ``approval_pending``
+    (0: return at once). A decision that comes later is picked up when the agent sends the call again."""
+    poll_s: float = Field(default=0.25, gt=0)
+    """How often a waiting call looks at the store (a decision may be taken on another replica)."""
+
+
+class ReviewerConfig(_Section):
+    name: str = Field(min_length=1, max_length=128)
+    role: Literal["viewer", "approver"]
+    token_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    """sha256 hex of the reviewer's bearer token (``shadowguard approvals token`` makes a pair)."""
+
+
+class AgentConfig(_Section):
+    name: str = Field(min_length=1, max_length=128)
+    """The principal the agent's calls run as."""
+    token_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class AuthConfig(_Section):
+    """Bearer tokens. Agents authenticate on /mcp; reviewers on /api/approvals and /review. The two sets
+    never overlap (validated), so an agent credential can never approve."""
+
+    agents: list[AgentConfig] = Field(default_factory=list)
+    """Empty: /mcp is open (the embedded default for a local sidecar)."""
+    reviewers: list[ReviewerConfig] = Field(default_factory=list)
+    """Empty: the approvals API and the reviewer page refuse every request (403)."""
+
+
+class WebhookConfig(_Section):
+    url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    """POSTed a JSON notice on every new approval request; None: no webhook."""
+    secret_env: str | None = None
+    """Environment variable holding the HMAC-SHA256 key for the ``X-Shadowguard-Signature`` header."""
+    timeout_s: float = Field(default=5.0, gt=0)
+    max_attempts: int = Field(default=3, ge=1, le=10)
+
+
 class ProxyConfig(BaseSettings):
     """Everything ``shadowguard serve`` needs. Build it with :meth:`load`."""
 
@@ -148,6 +197,9 @@ class ProxyConfig(BaseSettings):
     http: HttpConfig = Field(default_factory=HttpConfig)
     audit: AuditConfig = Field(default_factory=AuditConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    webhook: WebhookConfig = Field(default_factory=WebhookConfig)
 
     @classmethod
     def settings_customise_sources(
