@@ -11,11 +11,15 @@ from guard.approvals.models import (
     ApprovalState,
     ApprovalStore,
     ApprovalStoreError,
+    ApprovalStoreUnavailable,
     CheckResult,
     arguments_digest,
     new_approval_id,
     utcnow,
 )
+from guard.approvals.redis_store import RedisApprovalStore
+from guard.approvals.sql import SqlApprovalStore
+from guard.approvals.stores import open_approval_store
 
 __all__ = [
     "FINAL_STATES",
@@ -28,8 +32,12 @@ __all__ = [
     "ApprovalState",
     "ApprovalStore",
     "ApprovalStoreError",
+    "ApprovalStoreUnavailable",
     "CheckResult",
+    "RedisApprovalStore",
+    "SqlApprovalStore",
     "arguments_digest",
     "new_approval_id",
+    "open_approval_store",
     "utcnow",
 ]

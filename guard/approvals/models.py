@@ -20,9 +20,12 @@ Errors (all :class:`ApprovalStoreError`)::
 
     ApprovalStoreError
     ├── ApprovalNotFound     no approval has this id (a forged or mistyped id)
-    └── ApprovalConflict     the transition is not allowed from the current state
-                             (already decided, expired, cancelled, already used); ``.approval`` is
-                             the current record
+    ├── ApprovalConflict     the transition is not allowed from the current state
+    │                        (already decided, expired, cancelled, already used); ``.approval`` is
+    │                        the current record
+    └── ApprovalStoreUnavailable
+                             the store's server or file cannot be reached (nothing was changed,
+                             or the outcome is unknown if it failed mid-commit); worth retrying later
 """
 
 from __future__ import annotations
@@ -166,6 +169,10 @@ class ApprovalConflict(ApprovalStoreError):
     def __init__(self, message: str, approval: Approval) -> None:
         super().__init__(message)
         self.approval = approval
+
+
+class ApprovalStoreUnavailable(ApprovalStoreError):
+    """The store cannot be reached; the message names the store's URL (never its password)."""
 
 
 class ApprovalStore(Protocol):
