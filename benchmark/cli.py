@@ -204,6 +204,34 @@ def perf(
         ),
     ] = None,
     calls: Annotated[int, typer.Option("--calls", min=1, help="With --proxy: calls per client.")] = 50,
+    peers: Annotated[
+        bool,
+        typer.Option(
+            "--peers/--no-peers",
+            help="With --proxy: also measure the peer proxies (mcp-proxy, mcp-airlock, FastMCP's proxy), "
+            "each installed from the package index into its own virtual environment under --peers-dir.",
+        ),
+    ] = True,
+    peers_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--peers-dir",
+            help="With --proxy: where the peers' virtual environments are kept and reused "
+            "(default: $XDG_CACHE_HOME/shadowguard/peers, or ~/.cache/shadowguard/peers).",
+        ),
+    ] = None,
+    require_peers: Annotated[
+        bool,
+        typer.Option("--require-peers", help="With --proxy: exit 1 when a peer could not be measured."),
+    ] = False,
+    round_trips: Annotated[
+        bool,
+        typer.Option(
+            "--round-trips",
+            help="With --proxy: also measure shadowguard in front of a participant without the piggyback "
+            "feature (one round trip per savepoint, change set and release: the cost piggybacking saves).",
+        ),
+    ] = False,
 ) -> None:
     """Time the grading step per task (init + golden replay + hash) beside the reference's figure."""
     from benchmark.perf import REFERENCE_INIT_MS, REFERENCE_MS_PER_TASK, measure_envs
@@ -212,7 +240,15 @@ def perf(
     if proxy:
         if guard_core or policy is not None:
             raise typer.BadParameter("--proxy does not take --guard-core or --policy", param_hint="--proxy")
-        _perf_proxy(console, clients, calls)
+        _perf_proxy(
+            console,
+            clients,
+            calls,
+            peers=peers,
+            peers_dir=peers_dir,
+            require_peers=require_peers,
+            round_trips=round_trips,
+        )
         return
     domains = _domains(domain)
     try:
@@ -347,28 +383,52 @@ def _perf_guard_core(
         )
 
 
-def _perf_proxy(console: Console, clients: list[int] | None, calls: int) -> None:
-    from benchmark.perf import PEERS_NOT_MEASURED, PROXY_CLIENTS, ProxyBenchError, ProxyPerfRow, measure_proxy
+def _perf_proxy(
+    console: Console,
+    clients: list[int] | None,
+    calls: int,
+    *,
+    peers: bool,
+    peers_dir: Path | None,
+    require_peers: bool,
+    round_trips: bool = False,
+) -> None:
+    from benchmark import perf as bench_perf
 
-    counts = sorted(set(clients)) if clients else list(PROXY_CLIENTS)
+    counts = sorted(set(clients)) if clients else list(bench_perf.PROXY_CLIENTS)
     with Progress(
         TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True
     ) as progress:
         bar = progress.add_task("starting the notes upstream and shadowguard serve")
         try:
-            result = measure_proxy(
-                counts, calls, on_progress=lambda what: progress.update(bar, description=what)
+            result = bench_perf.measure_proxy(
+                counts,
+                calls,
+                peers=bench_perf.PEERS if peers else (),
+                peers_dir=peers_dir,
+                round_trips=round_trips,
+                on_progress=lambda what: progress.update(bar, description=what),
             )
-        except ProxyBenchError as exc:
+        except bench_perf.ProxyBenchError as exc:
             console.print(f"[red]error:[/red] {exc}", highlight=False)
             raise typer.Exit(1) from exc
 
     def ratio(value: float | None) -> str:
         return f"{value:.2f}" if value is not None else "-"
 
+    versions = {p.name: p.version for p in result.peers}
+
+    def label(row: bench_perf.ProxyPerfRow) -> str:
+        name = {"direct": "direct", "proxy": "shadowguard", "proxy-rt": "shadowguard, no piggyback"}.get(
+            row.path
+        )
+        if name is None:
+            name = f"{row.path} {versions.get(row.path) or ''}".strip()
+        return name if row.mode == bench_perf.MODERN else f"{name} ({row.mode})"
+
     table = RichTable(
-        title=f"tools/call round trips over HTTP, 127.0.0.1 ({calls} calls per client, 2026-07-28 era; "
-        "× against direct at the same concurrency)"
+        title=f"tools/call round trips over HTTP, 127.0.0.1 ({calls} calls per client, 2026-07-28 era "
+        "unless marked; × against direct at the same concurrency and era)"
     )
     table.add_column("path", no_wrap=True)
     for col in (
@@ -382,11 +442,12 @@ def _perf_proxy(console: Console, clients: list[int] | None, calls: int) -> None
         "× median",
         "× p99",
         "× calls/s",
+        "+median ms",
     ):
         table.add_column(col, justify="right")
     for r in result.rows:
         table.add_row(
-            "direct" if r.path == "direct" else "shadowguard",
+            label(r),
             r.kind,
             str(r.clients),
             str(r.calls),
@@ -397,32 +458,49 @@ def _perf_proxy(console: Console, clients: list[int] | None, calls: int) -> None
             ratio(r.median_ratio),
             ratio(r.p99_ratio),
             ratio(r.throughput_ratio),
+            f"{r.overhead_ms:+.2f}" if r.overhead_ms is not None else "-",
         )
-    Console(width=max(console.width, 132)).print(table)
+    Console(width=max(console.width, 150)).print(table)
     console.print(
         "direct: the notes fixture (tests/fixtures/notes_server.py, transactional) over streamable HTTP. "
         "shadowguard: `shadowguard serve` relaying to it, with its policy pack. "
         "read: get_note (passthrough). write: put_note (guarded: shadow transaction, savepoint, "
         "change set, checks); through the proxy each write is committed before the next "
         "(untimed, but counted in calls/s). failed: tool or JSON-RPC "
-        "errors (the fixture's SQLite file takes one writer at a time), left out of the latencies.",
+        "errors (the fixture's SQLite file takes one writer at a time), left out of the latencies. "
+        "+median ms: median minus direct's.",
         highlight=False,
     )
-    console.print(f"Peer proxies ({PEERS_NOT_MEASURED}) were not measured.", highlight=False)
-
-    def pick(kind: str, n: int) -> tuple[ProxyPerfRow, ProxyPerfRow]:
-        return result.row("direct", kind, n), result.row("proxy", kind, n)
+    if not peers:
+        names = ", ".join(p.name for p in bench_perf.PEERS)
+        console.print(f"Peer proxies ({names}) were not measured (--no-peers).", highlight=False)
+    for status in result.peers:
+        if status.not_measured is None:
+            console.print(f"peer {status.name} {status.version}: {status.how}.", highlight=False)
+        else:
+            console.print(f"peer {status.name}: not measured: {status.not_measured}", highlight=False)
 
     parts = []
     for kind in ("read", "write"):
         for n in (counts[0], counts[-1]):
-            d, p = pick(kind, n)
+            d, p = result.row("direct", kind, n), result.row("proxy", kind, n)
             parts.append(
                 f"{kind} ×{n} {p.median_ms:.1f} ms vs {d.median_ms:.1f} ms ({ratio(p.median_ratio)}x)"
             )
             if counts[0] == counts[-1]:
                 break
     print("perf proxy: median through shadowguard vs direct: " + "; ".join(parts))
+    for n in counts:
+        overheads = [
+            f"{label(r)} {r.overhead_ms:+.2f} ms"
+            for r in result.rows
+            if r.kind == "read" and r.clients == n and r.overhead_ms is not None
+        ]
+        print(f"perf proxy: read ×{n} median overhead vs direct: " + ", ".join(overheads))
+    missing = [s.name for s in result.peers if s.not_measured is not None]
+    if require_peers and missing:
+        console.print(f"[red]error:[/red] not measured: {', '.join(missing)} (--require-peers)")
+        raise typer.Exit(1)
 
 
 def _advance(progress: Progress, bar: TaskID) -> Callable[[object], None]:

@@ -11,15 +11,19 @@ discarded.
 from __future__ import annotations
 
 import gc
+import json
 import math
+import os
+import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -27,6 +31,8 @@ import anyio
 import mcp.types as types
 import yaml
 from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from benchmark.envs import Database, Environment, load_domain
 from benchmark.guarded import backend_for, executor_for, tool_infos
@@ -269,26 +275,241 @@ def measure_guard_core(
 # -- proxy ------------------------------------------------------------------------------------------
 PROXY_CLIENTS = (1, 8, 32)
 PROXY_CALLS = 50
-PROXY_PATHS = ("direct", "proxy")
 PROXY_KINDS = ("read", "write")
-PEERS_NOT_MEASURED = "mcp-proxy, mcp-airlock, FastMCP's proxy"
+MODERN = "2026-07-28"
+LEGACY = "legacy"
+"""Client modes (protocol eras) of the ``mcp.Client`` that drives each path."""
 NOTES_SERVER = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "notes_server.py"
 NOTES_POLICY = NOTES_SERVER.with_name("notes_policy.yaml")
 SESSION_META_KEY = "shadowguard/session"
+SERVE_ANNOUNCE = "shadowguard serve: listening on"
 STARTUP_TIMEOUT_S = 60.0
 RUN_TIMEOUT_S = 1800.0
 CALL_TIMEOUT_S = 60.0
+PEER_INSTALL_TIMEOUT_S = 900.0
+PEER_MARKER = "shadowguard-peer.json"
 
 
 class ProxyBenchError(RuntimeError):
     """The proxy benchmark could not run (a server did not start, a call failed)."""
 
 
+class PeerUnavailable(RuntimeError):
+    """A peer proxy could not be installed, started or called; the message says why (shown in its row)."""
+
+
+# A peer's runner is generated into the run's work directory and run with the peer venv's Python as
+# ``python runner.py UPSTREAM_URL WORKDIR``. It serves streamable HTTP at /mcp on 127.0.0.1 and
+# prints ``peer: listening on http://127.0.0.1:PORT/mcp`` on stderr. Sockets are bound with
+# IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say TCP (else ~40 ms a request).
+_RUNNER_PRELUDE = """\
+import socket
+import sys
+
+
+def bind():
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(512)
+    return sock
+
+
+def announce(port):
+    print(f"peer: listening on http://127.0.0.1:{port}/mcp", file=sys.stderr, flush=True)
+
+
+"""
+
+_MCP_PROXY_RUNNER = """\
+import anyio
+import uvicorn
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamablehttp_client
+from mcp_proxy.mcp_server import create_single_instance_routes
+from mcp_proxy.proxy_server import create_proxy_server
+from starlette.applications import Starlette
+
+
+async def main(upstream):
+    sock = bind()
+    async with streamablehttp_client(upstream) as (read, write, _), ClientSession(read, write) as session:
+        server = await create_proxy_server(session)
+        routes, manager = create_single_instance_routes(server, stateless_instance=False)
+        app = Starlette(routes=routes)
+        app.router.redirect_slashes = False
+        async with manager.run():
+            announce(sock.getsockname()[1])
+            await uvicorn.Server(uvicorn.Config(app, log_level="warning")).serve(sockets=[sock])
+
+
+anyio.run(main, sys.argv[1])
+"""
+
+_AIRLOCK_RUNNER = """\
+import os
+from pathlib import Path
+
+work = Path(sys.argv[2])
+policy = work / "airlock-policy.yaml"
+policy.write_text("environment: bench\\ntools:\\n  get_note:\\n    tiers: {bench: L0}\\n")
+os.environ["AIRLOCK_TRUST_PRINCIPAL_HEADER"] = "1"
+probe = bind()
+port = probe.getsockname()[1]
+probe.close()
+sys.argv = [
+    "mcp-airlock", "--policy", str(policy), "--upstream", sys.argv[1], "--env", "bench",
+    "--audit", str(work / "airlock-audit.jsonl"), "--host", "127.0.0.1", "--port", str(port),
+]
+announce(port)
+from mcp_airlock.__main__ import main
+
+main()
+"""
+
+_FASTMCP_RUNNER = """\
+from fastmcp.server import create_proxy
+
+sock = bind()
+proxy = create_proxy(sys.argv[1], name="fastmcp-proxy")
+announce(sock.getsockname()[1])
+proxy.run(transport="http", path="/mcp", show_banner=False, log_level="warning", sockets=[sock])
+"""
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Another MCP proxy, measured in front of the same upstream with the same read call.
+
+    ``requirement`` is installed with pip into the peer's own virtual environment (a
+    benchmark-only extra: its MCP SDK may conflict with ours); ``None`` runs the runner with this
+    interpreter (the tests' stand-in peers). ``runner`` is the body of the runner script (see
+    ``_RUNNER_PRELUDE``); ``mode`` is the protocol era its front end speaks, ``headers`` what every
+    client request must carry.
+    """
+
+    name: str
+    requirement: str | None
+    distribution: str | None
+    mode: str
+    runner: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    how: str = ""
+
+
+PEERS: tuple[Peer, ...] = (
+    Peer(
+        "mcp-proxy",
+        "mcp-proxy==0.13.*",
+        "mcp-proxy",
+        LEGACY,
+        _MCP_PROXY_RUNNER,
+        how="its relay server (mcp_proxy.proxy_server) on one upstream session, served over streamable "
+        "HTTP with its own routes; its SDK (mcp 1.x) speaks the handshake era only",
+    ),
+    Peer(
+        "mcp-airlock",
+        "mcp-airlock==0.4.*",
+        "mcp-airlock",
+        MODERN,
+        _AIRLOCK_RUNNER,
+        headers={"X-Airlock-Principal": "bench"},
+        how="its CLI with a one-tool policy (get_note: L0, pass through) and a trusted principal header; "
+        "2026-07-28 era only",
+    ),
+    Peer(
+        "fastmcp",
+        "fastmcp==4.*",
+        "fastmcp",
+        MODERN,
+        _FASTMCP_RUNNER,
+        how="fastmcp.server.create_proxy(upstream URL) with its default session strategy "
+        "(a fresh upstream session per request), served over streamable HTTP",
+    ),
+)
+
+
+def default_peers_dir() -> Path:
+    """``$XDG_CACHE_HOME/shadowguard/peers`` (``~/.cache/shadowguard/peers`` when it is not set)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "shadowguard" / "peers"
+
+
+def _setup_step(args: Sequence[str], what: str, timeout: float) -> str:
+    try:
+        done = subprocess.run(  # noqa: S603 - our interpreter and the peer venv's pip
+            list(args), capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise PeerUnavailable(f"{what} took more than {timeout:.0f} s") from exc
+    except OSError as exc:
+        raise PeerUnavailable(f"{what} failed: {exc}") from exc
+    if done.returncode != 0:
+        lines = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+        errors = [line for line in lines if line.startswith("ERROR")]
+        last = (errors or lines or [f"exit status {done.returncode}"])[-1]
+        raise PeerUnavailable(f"{what} failed: {last[:300]}")
+    return done.stdout
+
+
+def install_peer(peer: Peer, peers_dir: Path, *, timeout: float = PEER_INSTALL_TIMEOUT_S) -> tuple[Path, str]:
+    """(python, installed version) of ``peer``'s own virtual environment under ``peers_dir``.
+
+    The environment is reused when it holds the same requirement (a marker file written after a
+    complete install says so); otherwise it is created anew and the requirement installed with pip.
+    Raises :class:`PeerUnavailable` naming the step that failed.
+    """
+    if peer.requirement is None:
+        return Path(sys.executable), "local"
+    venv = peers_dir / peer.name
+    python = venv / "bin" / "python"
+    marker = venv / PEER_MARKER
+    if marker.is_file() and python.exists():
+        try:
+            installed = json.loads(marker.read_text(encoding="utf-8"))
+        except ValueError:
+            installed = {}
+        if isinstance(installed, dict) and installed.get("requirement") == peer.requirement:
+            return python, str(installed.get("version"))
+    try:
+        if venv.exists():
+            shutil.rmtree(venv)
+        peers_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PeerUnavailable(f"preparing {venv} failed: {exc}") from exc
+    _setup_step([sys.executable, "-m", "venv", str(venv)], f"creating {venv}", timeout)
+    _setup_step(
+        [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--quiet", peer.requirement],
+        f"pip install {peer.requirement}",
+        timeout,
+    )
+    version = peer.requirement
+    if peer.distribution is not None:
+        script = "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))"
+        version = _setup_step(
+            [str(python), "-c", script, peer.distribution], "reading its version", 60
+        ).strip()
+    marker.write_text(json.dumps({"requirement": peer.requirement, "version": version}), encoding="utf-8")
+    return python, version
+
+
+@dataclass
+class PeerStatus:
+    """A peer of the run: its installed version, and why it was not measured (``None``: it was)."""
+
+    name: str
+    mode: str
+    how: str
+    version: str | None = None
+    not_measured: str | None = None
+
+
 @dataclass
 class ProxyPerfRow:
-    """One path, kind and concurrency: every client's tools/call round trips, pooled."""
+    """One path, kind, concurrency and era: every client's tools/call round trips, pooled."""
 
     path: str
+    """``direct``, ``proxy`` (shadowguard) or a peer's name."""
     kind: str
     clients: int
     calls: int
@@ -297,19 +518,26 @@ class ProxyPerfRow:
     median_ms: float
     p99_ms: float
     calls_per_s: float
+    mode: str = MODERN
     median_ratio: float | None = None
     p99_ratio: float | None = None
     throughput_ratio: float | None = None
-    """``None`` on the direct rows; through the proxy: latency ratios and calls/s ratio against direct."""
+    """``None`` on the direct rows; elsewhere latency and calls/s ratios against direct (same kind,
+    concurrency and era)."""
+    overhead_ms: float | None = None
+    """Median minus direct's median (same kind, concurrency and era); ``None`` on the direct rows."""
 
 
 @dataclass
 class ProxyPerf:
     calls_per_client: int
     rows: list[ProxyPerfRow]
+    peers: list[PeerStatus] = field(default_factory=list)
 
-    def row(self, path: str, kind: str, clients: int) -> ProxyPerfRow:
-        return next(r for r in self.rows if (r.path, r.kind, r.clients) == (path, kind, clients))
+    def row(self, path: str, kind: str, clients: int, mode: str = MODERN) -> ProxyPerfRow:
+        return next(
+            r for r in self.rows if (r.path, r.kind, r.clients, r.mode) == (path, kind, clients, mode)
+        )
 
 
 def _p99(values: Sequence[float]) -> float:
@@ -319,29 +547,47 @@ def _p99(values: Sequence[float]) -> float:
 
 
 class _Server:
-    """A server subprocess on 127.0.0.1 that announces its URL on stderr (logged to a file)."""
+    """A server subprocess on 127.0.0.1 that announces its URL on stderr (logged to a file).
 
-    def __init__(self, args: list[str], log: Path, announce: str) -> None:
+    The URL counts once the announce line is there and a TCP connection to it is accepted.
+    """
+
+    def __init__(self, args: list[str], log: Path, announce: str, name: str | None = None) -> None:
         self.log = log
-        self.name = Path(args[0]).name if len(args) < 2 else f"{Path(args[0]).name} {Path(args[1]).name}"
+        default = Path(args[0]).name if len(args) < 2 else f"{Path(args[0]).name} {Path(args[1]).name}"
+        self.name = name or default
         self._log_file = log.open("wb")
-        self.proc = subprocess.Popen(  # noqa: S603 - the notes fixture and our own console script
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._log_file
+        self.proc = subprocess.Popen(  # noqa: S603 - the notes fixture, our console script, a peer runner
+            args, stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT
         )
         self.announce = announce
 
+    def _failed(self, why: str) -> str:
+        return f"{self.name} {why}:\n{self.log.read_text(errors='replace')[-2000:]}"
+
     def wait_url(self) -> str:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        url: str | None = None
         while time.monotonic() < deadline:
-            for line in self.log.read_text(errors="replace").splitlines():
-                if self.announce in line and "http://127.0.0.1:" in line:
-                    return line[line.index("http://") :].strip()
+            if url is None:
+                for line in self.log.read_text(errors="replace").splitlines():
+                    if self.announce in line and "http://127.0.0.1:" in line:
+                        url = line[line.index("http://") :].strip()
+            if url is not None:
+                port = int(url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
+                except OSError:
+                    pass
+                else:
+                    return url
             if self.proc.poll() is not None:
-                raise ProxyBenchError(
-                    f"{self.name} exited {self.proc.returncode}:\n{self.log.read_text()[-2000:]}"
-                )
+                raise ProxyBenchError(self._failed(f"exited {self.proc.returncode}"))
             time.sleep(0.05)
-        raise ProxyBenchError(f"{self.name} did not start in {STARTUP_TIMEOUT_S:.0f} s")
+        raise ProxyBenchError(self._failed(f"did not start in {STARTUP_TIMEOUT_S:.0f} s"))
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -354,8 +600,21 @@ class _Server:
         self._log_file.close()
 
 
+@dataclass
+class _Target:
+    """One path the clients call: its URL, client era, extra headers, and what is measured on it."""
+
+    path: str
+    url: str
+    mode: str = MODERN
+    headers: Mapping[str, str] = field(default_factory=dict)
+    kinds: tuple[str, ...] = PROXY_KINDS
+    guarded: bool = False
+    """Through shadowguard: writes are committed after each call, reads rolled back at the end."""
+
+
 async def _client_run(
-    url: str, path: str, kind: str, client: int, calls: int, run: str
+    target: _Target, kind: str, client: int, calls: int, run: str
 ) -> tuple[list[float], int]:
     """One client's timed round trips (ms) of the calls that succeeded, and how many failed (a tool
     error or a JSON-RPC error: the notes fixture's SQLite file takes one writer at a time, and a
@@ -371,23 +630,27 @@ async def _client_run(
     )
     times: list[float] = []
     failed = 0
-    async with Client(url, mode="2026-07-28", cache=None, read_timeout_seconds=CALL_TIMEOUT_S) as mcp_client:
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            try:
-                result = await mcp_client.call_tool(tool, dict(arguments), meta=meta)
-            except MCPError:
-                failed += 1
-            else:
-                elapsed = (time.perf_counter() - t0) * 1000
-                if result.is_error:
+    async with create_mcp_http_client(headers=dict(target.headers)) as http:
+        transport = streamable_http_client(target.url, http_client=http)
+        async with Client(
+            transport, mode=cast(Any, target.mode), cache=None, read_timeout_seconds=CALL_TIMEOUT_S
+        ) as mcp_client:
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                try:
+                    result = await mcp_client.call_tool(tool, dict(arguments), meta=meta)
+                except MCPError:
                     failed += 1
                 else:
-                    times.append(elapsed)
-            if path == "proxy" and kind == "write":
-                await _end(mcp_client, "commit", meta)
-        if path == "proxy" and kind == "read":
-            await _end(mcp_client, "rollback", meta)
+                    elapsed = (time.perf_counter() - t0) * 1000
+                    if result.is_error:
+                        failed += 1
+                    else:
+                        times.append(elapsed)
+                if target.guarded and kind == "write":
+                    await _end(mcp_client, "commit", meta)
+            if target.guarded and kind == "read":
+                await _end(mcp_client, "rollback", meta)
     return times, failed
 
 
@@ -398,11 +661,11 @@ async def _end(mcp_client: Client, tool: str, meta: types.RequestParamsMeta) -> 
         raise ProxyBenchError(f"{tool} through the proxy failed: {text[:500]}")
 
 
-async def _measure_one(url: str, path: str, kind: str, clients: int, calls: int, run: str) -> ProxyPerfRow:
+async def _measure_one(target: _Target, kind: str, clients: int, calls: int, run: str) -> ProxyPerfRow:
     per_client: dict[int, tuple[list[float], int]] = {}
 
     async def one(i: int) -> None:
-        per_client[i] = await _client_run(url, path, kind, i, calls, run)
+        per_client[i] = await _client_run(target, kind, i, calls, run)
 
     t0 = time.perf_counter()
     async with anyio.create_task_group() as tg:
@@ -411,7 +674,7 @@ async def _measure_one(url: str, path: str, kind: str, clients: int, calls: int,
     wall = time.perf_counter() - t0
     times = [t for ts, _ in per_client.values() for t in ts]
     return ProxyPerfRow(
-        path=path,
+        path=target.path,
         kind=kind,
         clients=clients,
         calls=len(times),
@@ -419,7 +682,14 @@ async def _measure_one(url: str, path: str, kind: str, clients: int, calls: int,
         median_ms=statistics.median(times) if times else float("nan"),
         p99_ms=_p99(times) if times else float("nan"),
         calls_per_s=len(times) / wall if wall else 0.0,
+        mode=target.mode,
     )
+
+
+def _first_error(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _proxy_config(path: Path, upstream_url: str) -> Path:
@@ -434,82 +704,160 @@ def _proxy_config(path: Path, upstream_url: str) -> Path:
     return path
 
 
+def _ratios(rows: Sequence[ProxyPerfRow]) -> None:
+    for row in rows:
+        if row.path == "direct":
+            continue
+        key = ("direct", row.kind, row.clients, row.mode)
+        base = next(r for r in rows if (r.path, r.kind, r.clients, r.mode) == key)
+        row.median_ratio = row.median_ms / base.median_ms if base.median_ms else None
+        row.p99_ratio = row.p99_ms / base.p99_ms if base.p99_ms else None
+        row.throughput_ratio = row.calls_per_s / base.calls_per_s if base.calls_per_s else None
+        row.overhead_ms = row.median_ms - base.median_ms
+
+
 def measure_proxy(
     clients: Sequence[int] = PROXY_CLIENTS,
     calls: int = PROXY_CALLS,
     *,
     shadowguard: str | None = None,
+    peers: Sequence[Peer] = (),
+    peers_dir: Path | None = None,
+    round_trips: bool = False,
     on_progress: Callable[[str], None] | None = None,
 ) -> ProxyPerf:
-    """tools/call round trips of ``clients`` concurrent 2026-07-28 era MCP clients over HTTP, each in
-    its own session (``_meta["shadowguard/session"]``), ``calls`` each: straight to the notes fixture
-    (transactional, streamable HTTP) and through ``shadowguard serve`` relaying to the same upstream.
+    """tools/call round trips of ``clients`` concurrent MCP clients over streamable HTTP, each in its
+    own session (``_meta["shadowguard/session"]``), ``calls`` each: straight to the notes fixture
+    (transactional), through ``shadowguard serve`` relaying to the same upstream, and through each
+    of ``peers`` in front of it (installed under ``peers_dir`` first: :func:`install_peer`). With
+    ``round_trips``, also through a second ``shadowguard serve`` in front of a second notes server
+    on the same database that serves the transaction extension without piggybacking (path
+    ``proxy-rt``: one round trip per savepoint, change set and release, as before version 1's
+    piggyback feature).
 
-    Reads are ``get_note`` (a passthrough read); writes are ``put_note`` (a guarded write). Each
-    configuration runs once, after one warm-up call per client path; the servers are subprocesses on
-    127.0.0.1 and are stopped before this returns, whatever happens.
+    Reads are ``get_note`` (a passthrough read); writes are ``put_note`` (a guarded write), measured
+    direct and through shadowguard only (the peers do not guard writes). Clients speak the
+    2026-07-28 era, except towards a peer whose front end speaks only the handshake era; direct is
+    then measured in that era too, and the peer's ratios are against it. Each configuration runs
+    once, after one warm-up call per path, the paths interleaved at each concurrency. A peer that
+    cannot be installed, started or called is left out with the reason (:attr:`ProxyPerf.peers`);
+    any other failure raises :class:`ProxyBenchError`. The servers are subprocesses on 127.0.0.1
+    and are stopped before this returns, whatever happens.
     """
     if not NOTES_SERVER.is_file():
         raise ProxyBenchError(f"the notes fixture is not here: {NOTES_SERVER} (run from a source checkout)")
     if calls < 1 or not clients or min(clients) < 1:
         raise ProxyBenchError("clients and calls must be at least 1")
     executable = shadowguard or str(Path(sys.executable).parent / "shadowguard")
+
+    def notes(work: Path, name: str, *extra: str) -> _Server:
+        db = str(work / "notes.sqlite")
+        args = [sys.executable, str(NOTES_SERVER), "--db", db, "--port", "0", "--transactional", *extra]
+        return _Server(args, work / f"{name}.log", "notes: listening on", name=name)
+
+    def shadowguard_serve(work: Path, name: str, upstream_url: str) -> _Server:
+        config = _proxy_config(work / f"{name}.yaml", upstream_url)
+        return _Server(
+            [executable, "serve", "--config", str(config)], work / f"{name}.log", SERVE_ANNOUNCE, name
+        )
+
+    statuses = [PeerStatus(p.name, p.mode, p.how) for p in peers]
+    pythons: dict[str, Path] = {}
+    for peer, status in zip(peers, statuses, strict=True):
+        if on_progress is not None:
+            on_progress(f"installing {peer.requirement or peer.name}")
+        try:
+            pythons[peer.name], status.version = install_peer(peer, peers_dir or default_peers_dir())
+        except PeerUnavailable as exc:
+            status.not_measured = str(exc)
     rows: list[ProxyPerfRow] = []
     with tempfile.TemporaryDirectory(prefix="sg-perf-proxy-") as tmp:
         work = Path(tmp)
         servers: list[_Server] = []
         try:
-            upstream = _Server(
-                [
-                    sys.executable,
-                    str(NOTES_SERVER),
-                    "--db",
-                    str(work / "notes.sqlite"),
-                    "--port",
-                    "0",
-                    "--transactional",
-                ],
-                work / "notes.log",
-                "notes: listening on",
-            )
+            upstream = notes(work, "notes")
             servers.append(upstream)
             upstream_url = upstream.wait_url()
-            proxy = _Server(
-                [executable, "serve", "--config", str(_proxy_config(work / "proxy.yaml", upstream_url))],
-                work / "proxy.log",
-                "shadowguard serve: listening on",
-            )
+            proxy = shadowguard_serve(work, "shadowguard", upstream_url)
             servers.append(proxy)
-            urls = {"direct": upstream_url, "proxy": proxy.wait_url()}
+            targets = [_Target("direct", upstream_url), _Target("proxy", proxy.wait_url(), guarded=True)]
+            if round_trips:
+                upstream_rt = notes(work, "notes-no-piggyback", "--no-piggyback")
+                servers.append(upstream_rt)
+                proxy_rt = shadowguard_serve(work, "shadowguard-no-piggyback", upstream_rt.wait_url())
+                servers.append(proxy_rt)
+                targets.append(_Target("proxy-rt", proxy_rt.wait_url(), guarded=True))
+            peer_targets: dict[str, tuple[_Target, PeerStatus, _Server]] = {}
+            for peer, status in zip(peers, statuses, strict=True):
+                if status.not_measured is not None:
+                    continue
+                if on_progress is not None:
+                    on_progress(f"starting {peer.name}")
+                runner = work / f"{peer.name}-runner.py"
+                runner.write_text(_RUNNER_PRELUDE + peer.runner, encoding="utf-8")
+                peer_work = work / peer.name
+                peer_work.mkdir()
+                server = _Server(
+                    [str(pythons[peer.name]), str(runner), upstream_url, str(peer_work)],
+                    work / f"{peer.name}.log",
+                    "peer: listening on",
+                    name=peer.name,
+                )
+                servers.append(server)
+                try:
+                    url = server.wait_url()
+                except ProxyBenchError as exc:
+                    status.not_measured = str(exc).splitlines()[0] + _last_line(server.tail())
+                    continue
+                target = _Target(peer.name, url, peer.mode, peer.headers, kinds=("read",))
+                peer_targets[peer.name] = (target, status, server)
+            if any(t.mode == LEGACY for t, _, _ in peer_targets.values()):
+                targets.append(_Target("direct", upstream_url, LEGACY, kinds=("read",)))
+
+            async def measure(target: _Target, kind: str, n: int, run: str) -> None:
+                entry = peer_targets.get(target.path)
+                try:
+                    row = await _measure_one(target, kind, n, calls if run != "warmup" else 1, run)
+                except Exception as exc:
+                    if entry is None:
+                        raise
+                    cause = _first_error(exc)
+                    entry[1].not_measured = f"{type(cause).__name__}: {cause}"[:300] + _last_line(
+                        entry[2].tail()
+                    )
+                    del peer_targets[target.path]
+                    return
+                if run != "warmup":
+                    rows.append(row)
 
             async def run_all() -> None:
                 with anyio.fail_after(RUN_TIMEOUT_S):
-                    for path in PROXY_PATHS:
-                        await _measure_one(urls[path], path, "read", 1, 1, "warmup")
+                    for target in [*targets, *(t for t, _, _ in peer_targets.values())]:
+                        await measure(target, "read", 1, "warmup")
                     for kind in PROXY_KINDS:
                         for n in clients:
-                            for path in PROXY_PATHS:
+                            for target in [*targets, *(t for t, _, _ in peer_targets.values())]:
+                                if kind not in target.kinds:
+                                    continue
                                 if on_progress is not None:
-                                    on_progress(f"{path} {kind}, {n} clients × {calls} calls")
-                                rows.append(
-                                    await _measure_one(urls[path], path, kind, n, calls, f"{kind}{n}")
-                                )
+                                    era = "" if target.mode == MODERN else f" ({target.mode})"
+                                    on_progress(f"{target.path}{era} {kind}, {n} clients × {calls} calls")
+                                await measure(target, kind, n, f"{kind}{n}")
 
             try:
                 anyio.run(run_all)
             except Exception as exc:
-                logs = "\n".join(
-                    f"--- {s.name}:\n{s.log.read_text(errors='replace')[-3000:]}" for s in servers
-                )
+                logs = "\n".join(f"--- {s.name}:\n{s.tail()}" for s in servers)
                 raise ProxyBenchError(f"the benchmark failed: {exc!r}\n{logs}") from exc
         finally:
             for server in reversed(servers):
                 server.stop()
-    for row in rows:
-        if row.path == "direct":
-            continue
-        base = next(r for r in rows if (r.path, r.kind, r.clients) == ("direct", row.kind, row.clients))
-        row.median_ratio = row.median_ms / base.median_ms if base.median_ms else None
-        row.p99_ratio = row.p99_ms / base.p99_ms if base.p99_ms else None
-        row.throughput_ratio = row.calls_per_s / base.calls_per_s if base.calls_per_s else None
-    return ProxyPerf(calls_per_client=calls, rows=rows)
+    measured = {s.name for s in statuses if s.not_measured is None}
+    rows = [r for r in rows if r.path in ("direct", "proxy", "proxy-rt") or r.path in measured]
+    _ratios(rows)
+    return ProxyPerf(calls_per_client=calls, rows=rows, peers=statuses)
+
+
+def _last_line(log: str) -> str:
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    return f" (last log line: {lines[-1][:300]})" if lines else ""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Iterator
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -195,6 +196,12 @@ class ToolOutcome(BaseModel):
     attempts: list[AttemptRecord] = Field(default_factory=list)
     """The failed attempts, in order (a call that succeeded first time has none)."""
     duration_ms: float = 0.0
+    approval_id: str | None = None
+    """The approval request the call is bound to: the one it waits for (held), the one it ran under
+    (allowed, rolled back, failed) or the one that refused it (guard.approvals)."""
+    approval_state: str | None = None
+    """That request's state as the guard last saw it (an ``ApprovalState`` value, or ``used``)."""
+    approval_expires_at: datetime | None = None
 
 
 class CommitOutcome(BaseModel):

@@ -12,6 +12,12 @@ and what the agent can do next. Invalid arguments never reach the upstream (guar
 On a backend that cannot roll back (``transactional = False``, e.g. JournalBackend) there is no
 rehearsal: an irreversible or approval-matched call is held before it is forwarded.
 
+With an :class:`~guard.approvals.gate.ApprovalGate` a held call is queued as an approval request
+(the outcome names it: ``approval_id``), and a call that refers to an approval (by id, or the same
+call sent again) is held again while it is pending, run once it is approved (its executed change set
+must equal the rehearsed preview, or it returns to review under a new id), or refused when it was
+rejected, expired, used or does not match. Without a gate a held call is only reported.
+
 The session is transport-independent: the benchmark drives it in-process, the proxy drives it from
 MCP requests. Nothing here reads a benchmark answer key.
 """
@@ -24,8 +30,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from guard.approvals.gate import USED, ApprovalGate, Resolution, same_changes
+from guard.approvals.models import Approval, ApprovalStoreError, CheckResult
 from guard.backend import Backend, BackendError
-from guard.checks import Check, CheckContext, Phase, run_checks
+from guard.checks import Check, CheckContext, Phase, PythonCheck, SqlCheck, run_checks
 from guard.classify import Classifier
 from guard.effects import ToolInfo, classify
 from guard.errors import ApprovalPending, ErrorClass, NotFound, PolicyViolation, ToolFailure
@@ -35,6 +43,7 @@ from guard.models import (
     ChangeSet,
     CommitOutcome,
     EffectClass,
+    ErrorHint,
     ToolCall,
     ToolOutcome,
     Verdict,
@@ -75,7 +84,8 @@ class GuardSession:
     """The per-session pipeline. ``extra_checks`` are added to the pack's (e.g. the oracle judge).
 
     ``retry`` (default: :class:`~guard.retry.RetryPolicy` on the system clock), ``classifier``
-    (default: the pack's error rules before the built-in ones) and ``observer`` (metrics) are optional.
+    (default: the pack's error rules before the built-in ones), ``observer`` (metrics) and ``gate``
+    (approvals; needs a ``session_id``) are optional.
     """
 
     def __init__(
@@ -91,7 +101,10 @@ class GuardSession:
         retry: RetryPolicy | None = None,
         classifier: Classifier | None = None,
         observer: CallObserver | None = None,
+        gate: ApprovalGate | None = None,
     ) -> None:
+        if gate is not None and session_id is None:
+            raise ValueError("a GuardSession with an approval gate needs a session_id")
         self.backend = backend
         self.execute = execute
         self.tools = tools
@@ -103,24 +116,50 @@ class GuardSession:
         self.classifier = classifier if classifier is not None else Classifier.for_policy(policy)
         self.validators = ToolValidators(policy.model.errors.validation)
         self.observer = observer
+        self.gate = gate
         self.outcomes: list[ToolOutcome] = []
         self.closed = False
         backend.begin()
 
     # -- calls ----------------------------------------------------------------------------------
-    def call(self, tool: str, arguments: Mapping[str, Any] | None = None) -> ToolOutcome:
+    def call(
+        self, tool: str, arguments: Mapping[str, Any] | None = None, *, approval_id: str | None = None
+    ) -> ToolOutcome:
+        """Guard one call. ``approval_id`` names the approval the caller runs it under (needs a gate)."""
         if self.closed:
             raise SessionClosedError("session is closed")
         started = time.perf_counter()
         call = ToolCall(
             session_id=self.session_id, principal=self.principal, tool=tool, arguments=dict(arguments or {})
         )
-        outcome = self._call(call)
+        try:
+            outcome = self._call(call, approval_id)
+        except ApprovalStoreError as exc:
+            # Raised before anything ran or after it was undone: no savepoint is open here.
+            outcome = self._queue_unavailable(call, exc)
         outcome.duration_ms = (time.perf_counter() - started) * 1000
         self.outcomes.append(outcome)
         if self.observer is not None:
             self.observer.outcome(outcome)
         return outcome
+
+    def _queue_unavailable(self, call: ToolCall, exc: ApprovalStoreError) -> ToolOutcome:
+        info = self.tools.get(call.tool)
+        effect = (
+            classify(info, call.arguments, self.policy.effect_of(call.tool))[0] if info else EffectClass.READ
+        )
+        message = f"The approval queue is unavailable ({exc}); {call.tool} was not done."
+        step = "Nothing changed. Try the call again later."
+        return ToolOutcome(
+            call=call,
+            effect=effect,
+            verdict=Verdict.FAILED,
+            error_class=ErrorClass.TRANSIENT.value,
+            violations=[Violation(rule_id="approvals_unavailable", message=message, hint=step)],
+            hint=ErrorHint(
+                error_class=ErrorClass.TRANSIENT.value, message=message, next_step=step, retryable=True
+            ),
+        )
 
     def _refuse(self, call: ToolCall, failure: ToolFailure, rule: str, hint: str) -> ToolOutcome:
         violation = Violation(rule_id=rule, message=failure.message, hint=hint)
@@ -142,7 +181,7 @@ class GuardSession:
     def _context(self, phase: Phase, call: ToolCall | None, changes: ChangeSet) -> CheckContext:
         return CheckContext(phase=phase, query=self.backend.query, changes=changes, call=call)
 
-    def _call(self, call: ToolCall) -> ToolOutcome:
+    def _call(self, call: ToolCall, approval_id: str | None) -> ToolOutcome:
         info = self.tools.get(call.tool)
         if call.tool.startswith(RESERVED_PREFIX) or info is None:
             hint = "Call one of the listed tools."
@@ -179,7 +218,28 @@ class GuardSession:
                 error_class=ErrorClass.POLICY_VIOLATION.value,
                 hint=self._violated(before, call.tool).hint(),
             )
-        if not self.backend.transactional:
+        rule = self.policy.approval_for(call.tool, effect, call.arguments)
+        approved: Approval | None = None
+        if approval_id is not None or self._needs_person(rule is not None, effect):
+            if self.gate is not None:
+                resolution = self.gate.resolve(call, approval_id)
+                if resolution.action == "refuse":
+                    return self._approval_refused(call, effect, resolution)
+                if resolution.action == "hold":
+                    assert resolution.approval is not None
+                    return self._held(call, effect, resolution.approval, resolution.approval.preview)
+                if resolution.action == "run":
+                    approved = resolution.approval
+            elif approval_id is not None:
+                hint = "Send the call without an approval id."
+                off = NotFound(
+                    f"No approval request has the id {approval_id!r}: approvals are not enabled here.",
+                    tool=call.tool,
+                    rule="approval_not_found",
+                    next_step=hint,
+                )
+                return self._refuse(call, off, "approval_not_found", hint)
+        if not self.backend.transactional and approved is None:
             unrehearsed = self._hold_unrehearsed(call, effect)
             if unrehearsed is not None:
                 return unrehearsed
@@ -200,16 +260,19 @@ class GuardSession:
         failure = last.failure
         if failure is not None:
             applied = None if self._outcome_unknown(last, effect) else False
-            return ToolOutcome(
-                call=call,
-                effect=effect,
-                verdict=Verdict.FAILED,
-                result=result.text if result is not None else None,
-                changes=changes,
-                error_class=failure.error_class.value,
-                hint=failure.hint(retries=retries, applied=applied),
-                retries=retries,
-                attempts=attempts,
+            return self._under(
+                approved,
+                ToolOutcome(
+                    call=call,
+                    effect=effect,
+                    verdict=Verdict.FAILED,
+                    result=result.text if result is not None else None,
+                    changes=changes,
+                    error_class=failure.error_class.value,
+                    hint=failure.hint(retries=retries, applied=applied),
+                    retries=retries,
+                    attempts=attempts,
+                ),
             )
         assert result is not None, "an attempt without a failure has a result"
         violations: list[Violation] = []
@@ -224,28 +287,59 @@ class GuardSession:
         violations += run_checks(self.checks, self._context("after_call", call, changes))
         if violations:
             self.backend.rollback_to(savepoint)
-            return ToolOutcome(
-                call=call,
-                effect=effect,
-                verdict=Verdict.ROLLED_BACK,
-                result=result.text,
-                changes=changes,
-                violations=violations,
-                error_class=ErrorClass.POLICY_VIOLATION.value,
-                hint=self._violated(violations, call.tool).hint(),
-                retries=retries,
-                attempts=attempts,
+            return self._under(
+                approved,
+                ToolOutcome(
+                    call=call,
+                    effect=effect,
+                    verdict=Verdict.ROLLED_BACK,
+                    result=result.text,
+                    changes=changes,
+                    violations=violations,
+                    error_class=ErrorClass.POLICY_VIOLATION.value,
+                    hint=self._violated(violations, call.tool).hint(),
+                    retries=retries,
+                    attempts=attempts,
+                ),
             )
-        approval = self.policy.approval_for(call.tool, effect, call.arguments)
-        if approval is not None:
+        if approved is not None and approved.rehearsed and not same_changes(changes, approved.preview):
+            # The world moved since the rehearsal: what would be kept is not what the reviewer saw.
+            self.backend.rollback_to(savepoint)
+            assert self.gate is not None
+            again = self.gate.request(
+                call,
+                effect=effect,
+                rule_id=approved.rule_id,
+                rule_source=approved.rule_source,
+                preview=changes,
+                rehearsed=True,
+                checks=self._passed_checks(call.tool, ("before_call", "after_call")),
+            )
+            differs = (
+                f"Run under approval {approved.id}, {call.tool} would change something other than what "
+                f"was approved, so it was undone and returns to review as request {again.id}."
+            )
+            return self._held(call, effect, again, changes, retries=retries, attempts=attempts, why=differs)
+        if approved is None and rule is not None:
             # Rehearsal only: the preview is kept on the outcome, the state is not (no lock is held
             # while a person decides; the approved call is executed again for real).
             self.backend.rollback_to(savepoint)
+            if self.gate is not None:
+                request = self.gate.request(
+                    call,
+                    effect=effect,
+                    rule_id=rule.id,
+                    rule_source=rule.source,
+                    preview=changes,
+                    rehearsed=True,
+                    checks=self._passed_checks(call.tool, ("before_call", "after_call")),
+                )
+                return self._held(call, effect, request, changes, retries=retries, attempts=attempts)
             held = Violation(
-                rule_id=approval.id,
+                rule_id=rule.id,
                 message=f"{call.tool} needs a human approval before it runs.",
                 hint="The request was held and nothing was changed; tell the user it awaits approval.",
-                source=approval.source,
+                source=rule.source,
             )
             return ToolOutcome(
                 call=call,
@@ -255,19 +349,119 @@ class GuardSession:
                 changes=changes,
                 violations=[held],
                 error_class=ErrorClass.APPROVAL_PENDING.value,
-                hint=ApprovalPending(held.message, tool=call.tool, rule=approval.id).hint(),
+                hint=ApprovalPending(held.message, tool=call.tool, rule=rule.id).hint(),
                 retries=retries,
                 attempts=attempts,
             )
         self.backend.release(savepoint)
+        return self._under(
+            approved,
+            ToolOutcome(
+                call=call,
+                effect=effect,
+                verdict=Verdict.ALLOWED,
+                result=result.text,
+                changes=changes,
+                retries=retries,
+                attempts=attempts,
+            ),
+        )
+
+    # -- approvals ------------------------------------------------------------------------------
+    def _needs_person(self, rule_matched: bool, effect: EffectClass) -> bool:
+        return rule_matched or (not self.backend.transactional and effect is EffectClass.IRREVERSIBLE)
+
+    def _passed_checks(self, tool: str, phases: Sequence[Phase]) -> list[CheckResult]:
+        """The checks that ran on the call and passed (a held call got this far), for the reviewer."""
+        out: list[CheckResult] = []
+        for check in self.checks:
+            if check.phase not in phases or not check.applies_to(tool):
+                continue
+            text = check.text if isinstance(check, SqlCheck | PythonCheck) else None
+            out.append(
+                CheckResult(
+                    rule_id=check.id,
+                    passed=True,
+                    message=text.message if text is not None else None,
+                    source=text.source if text is not None else None,
+                )
+            )
+        return out
+
+    @staticmethod
+    def _under(approval: Approval | None, outcome: ToolOutcome) -> ToolOutcome:
+        """``outcome`` of a call run under ``approval`` (consumed), naming it."""
+        if approval is not None:
+            outcome.approval_id = approval.id
+            outcome.approval_state = USED
+            outcome.approval_expires_at = approval.expires_at
+        return outcome
+
+    def _held(
+        self,
+        call: ToolCall,
+        effect: EffectClass,
+        approval: Approval,
+        preview: ChangeSet,
+        *,
+        retries: int = 0,
+        attempts: Sequence[AttemptRecord] = (),
+        why: str | None = None,
+    ) -> ToolOutcome:
+        """Held under a pending approval: the request id, its expiry, and what the agent does next."""
+        expires = approval.expires_at.isoformat()
+        message = f"{call.tool} needs a human approval before it runs: request {approval.id} is pending."
+        if why is not None:
+            message = f"{why} {message}"
+        step = (
+            f"Nothing was done. A reviewer must approve request {approval.id} before it expires at "
+            f"{expires}. Wait, then send exactly the same call again (the same arguments): it runs once "
+            "approved. Do not change the arguments: a changed call needs a new approval."
+        )
+        violation = Violation(
+            rule_id=approval.rule_id, message=message, hint=step, source=approval.rule_source
+        )
         return ToolOutcome(
             call=call,
             effect=effect,
-            verdict=Verdict.ALLOWED,
-            result=result.text,
-            changes=changes,
+            verdict=Verdict.HELD,
+            changes=preview,
+            violations=[violation],
+            error_class=ErrorClass.APPROVAL_PENDING.value,
+            hint=ErrorHint(
+                error_class=ErrorClass.APPROVAL_PENDING.value,
+                message=message,
+                next_step=step,
+                retryable=True,
+            ),
             retries=retries,
-            attempts=attempts,
+            attempts=list(attempts),
+            approval_id=approval.id,
+            approval_state=approval.state.value,
+            approval_expires_at=approval.expires_at,
+        )
+
+    def _approval_refused(self, call: ToolCall, effect: EffectClass, resolution: Resolution) -> ToolOutcome:
+        failure, approval = resolution.failure, resolution.approval
+        assert failure is not None and resolution.rule_id is not None
+        hint = failure.hint()
+        violation = Violation(
+            rule_id=resolution.rule_id,
+            message=resolution.reason or failure.message,
+            hint=hint.next_step,
+            source=approval.rule_source if approval is not None else None,
+        )
+        return ToolOutcome(
+            call=call,
+            effect=effect,
+            verdict=Verdict.REFUSED,
+            violations=[violation],
+            error_class=failure.error_class.value,
+            hint=hint,
+            changes=approval.preview if approval is not None else ChangeSet(),
+            approval_id=approval.id if approval is not None else None,
+            approval_state=approval.state.value if approval is not None else None,
+            approval_expires_at=approval.expires_at if approval is not None else None,
         )
 
     def _forward(self, call: ToolCall) -> Attempt[_Forwarded]:
@@ -335,6 +529,17 @@ class GuardSession:
         approval = self.policy.approval_for(call.tool, effect, call.arguments)
         if approval is None and effect is not EffectClass.IRREVERSIBLE:
             return None
+        if self.gate is not None:
+            request = self.gate.request(
+                call,
+                effect=effect,
+                rule_id=approval.id if approval is not None else "irreversible_unrehearsed",
+                rule_source=approval.source if approval is not None else None,
+                preview=ChangeSet(),
+                rehearsed=False,
+                checks=self._passed_checks(call.tool, ("before_call",)),
+            )
+            return self._held(call, effect, request, ChangeSet())
         held = Violation(
             rule_id=approval.id if approval is not None else "irreversible_unrehearsed",
             message=f"{call.tool} needs a human approval before it runs.",

@@ -37,12 +37,13 @@ block the loop that must answer it.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import threading
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import anyio
@@ -75,6 +76,19 @@ QUERY = "shadowguard/tx/query"
 COMMIT = "shadowguard/tx/commit"
 ROLLBACK = "shadowguard/tx/rollback"
 METHODS = (BEGIN, SAVEPOINT, ROLLBACK_TO, RELEASE, CHANGES, QUERY, COMMIT, ROLLBACK)
+
+PIGGYBACK = "piggyback"
+"""The optional feature (docs/transaction-extension.md, "Piggybacked operations"): savepoint and
+release ride on the next request in ``_meta["shadowguard/tx/ops"]``, and a ``tools/call`` that
+opened a savepoint answers with its change set in the result's ``_meta["shadowguard/tx"]``."""
+FEATURES = (PIGGYBACK,)
+OPS_META_KEY = "shadowguard/tx/ops"
+OP_ERROR_KEY = "shadowguard/tx/op"
+"""Key in a JSON-RPC error's ``data`` when a piggybacked operation failed: ``{"index", "method"}``."""
+OP_SAVEPOINT = "savepoint"
+OP_RELEASE = "release"
+_OP_METHODS = {OP_SAVEPOINT: SAVEPOINT, OP_RELEASE: RELEASE}
+_MAX_OPS = 64
 
 # JSON-RPC error codes (outside the range JSON-RPC and MCP reserve). Malformed params are -32602.
 TX_FAILED = -31000
@@ -115,6 +129,11 @@ class TxRequest(types.Request[TxParams, str]):
     params: TxParams
 
 
+class TxBeginResult(types.Result):
+    features: list[str] = Field(default_factory=list)
+    """Optional features the participant serves for this transaction (absent: none)."""
+
+
 class TxSavepointResult(types.Result):
     savepoint: str
 
@@ -127,9 +146,12 @@ class TxQueryResult(types.Result):
     rows: list[dict[str, Any]]
 
 
-def settings() -> dict[str, Any]:
+def settings(features: Collection[str] = FEATURES) -> dict[str, Any]:
     """What a participant advertises at ``capabilities.extensions["shadowguard/tx"]``."""
-    return {"versions": [VERSION], "methods": list(METHODS)}
+    entry: dict[str, Any] = {"versions": [VERSION], "methods": list(METHODS)}
+    if features:
+        entry["features"] = list(features)
+    return entry
 
 
 def advertises(capabilities: types.ServerCapabilities | None) -> bool:
@@ -147,12 +169,12 @@ def advertises(capabilities: types.ServerCapabilities | None) -> bool:
     return False
 
 
-async def _advertise_in_handshake(ctx: Ctx, call_next: CallNext) -> HandlerResult:
+async def _advertise_in_handshake(ctx: Ctx, call_next: CallNext, *, entry: dict[str, Any]) -> HandlerResult:
     """Add the entry to ``capabilities.experimental`` of an ``initialize`` result (handshake era)."""
     result = await call_next(ctx)
     if ctx.method == "initialize" and isinstance(result, dict):
         capabilities = dict(result.get("capabilities") or {})
-        capabilities["experimental"] = {**(capabilities.get("experimental") or {}), EXTENSION: settings()}
+        capabilities["experimental"] = {**(capabilities.get("experimental") or {}), EXTENSION: entry}
         result = {**result, "capabilities": capabilities}
     return result
 
@@ -198,14 +220,70 @@ def _check_id(value: Any, what: str) -> str:
 class _Open:
     tx: str
     backend: weakref.ref[Backend]
+    aliases: dict[str, str] = field(default_factory=dict)
+    """Savepoint names the client chose (piggybacked) -> the backend's, in the order they opened."""
+
+    def resolve(self, name: str) -> str:
+        return self.aliases.get(name, name)
+
+    def closed(self, name: str) -> None:
+        """``name`` was released or rolled back to: it and the aliases opened after it are closed."""
+        if name in self.aliases:
+            names = list(self.aliases)
+            for gone in names[names.index(name) :]:
+                del self.aliases[gone]
+
+
+@dataclass
+class _Ops:
+    """The piggybacked operations of one request, applied at most once, before the request's own work."""
+
+    key: str
+    tx: str
+    ops: list[tuple[str, str]]
+    started: bool = False
+    opened: list[str] = field(default_factory=list)
+    failure: MCPError | None = None
+
+
+_CARRIED: contextvars.ContextVar[_Ops | None] = contextvars.ContextVar("shadowguard_tx_ops", default=None)
+"""The current tools/call's operations, for :meth:`TransactionParticipant.check_call` (worker threads
+inherit it: AnyIO runs them in a copy of the caller's context)."""
+
+
+def _parse_ops(value: Any) -> list[tuple[str, str]]:
+    what = f"_meta[{OPS_META_KEY!r}]"
+    if not isinstance(value, list) or len(value) > _MAX_OPS:
+        raise _error(types.INVALID_PARAMS, f"{what} must be a list of at most {_MAX_OPS} operations")
+    ops = []
+    for item in value:
+        if not isinstance(item, Mapping) or set(item) != {"op", "savepoint"} or item["op"] not in _OP_METHODS:
+            raise _error(
+                types.INVALID_PARAMS,
+                f'{what}: each operation is {{"op": "savepoint"|"release", "savepoint": name}}',
+            )
+        ops.append((str(item["op"]), _check_id(item["savepoint"], f"{what}: savepoint")))
+    return ops
 
 
 class TransactionParticipant:
     """Serves the extension's methods for one low-level ``Server``; one open transaction per session."""
 
-    def __init__(self, *, session_key: Callable[[Ctx], str], access: BackendAccess) -> None:
+    def __init__(
+        self,
+        *,
+        session_key: Callable[[Ctx], str],
+        access: BackendAccess,
+        features: Collection[str] = FEATURES,
+    ) -> None:
+        unknown = sorted(set(features) - set(FEATURES))
+        if unknown:
+            raise ValueError(f"unknown feature(s) {unknown}; known: {', '.join(FEATURES)}")
         self.session_key = session_key
         self.access = access
+        self.features = tuple(f for f in FEATURES if f in features)
+        """The optional features served (all by default; ``()`` behaves as a participant that
+        predates them: piggybacked operations are refused with INVALID_PARAMS)."""
         self._open: dict[str, _Open] = {}
         self._lock = threading.Lock()  # the registry is touched from worker threads
 
@@ -223,8 +301,9 @@ class TransactionParticipant:
         }
         for method, handler in handlers.items():
             server.add_request_handler(method, TxParams, handler)
-        server.extensions[EXTENSION] = settings()
-        server.middleware.append(_advertise_in_handshake)
+        server.extensions[EXTENSION] = settings(self.features)
+        server.middleware.append(functools.partial(_advertise_in_handshake, entry=settings(self.features)))
+        server.middleware.append(self._carry_ops)
 
     # -- what hosts call from their tools/call handler
     @staticmethod
@@ -239,10 +318,94 @@ class TransactionParticipant:
         """Refuse (before it runs) a call naming a transaction that is not open in its session.
 
         Call it inside :attr:`access`, with the backend it hands out, so that the check and the
-        call see the same state. A call without a transaction id is the host's to place.
+        call see the same state. A call without a transaction id is the host's to place. The
+        call's piggybacked operations (savepoint, release) are applied here, in the same worker
+        thread and lock hold; a failed one raises its error and the tool must not run.
         """
-        if tx is not None:
-            self._current(key, tx, backend)
+        if tx is None:
+            return
+        carried = _CARRIED.get()
+        if carried is not None and not carried.started and (carried.key, carried.tx) == (key, tx):
+            self._run_ops(carried, backend)
+        self._current(key, tx, backend)
+
+    # -- piggybacked operations
+    def _run_ops(self, carried: _Ops, backend: Backend) -> None:
+        carried.started = True
+        for index, (op, name) in enumerate(carried.ops):
+            method = _OP_METHODS[op]
+            try:
+                entry = self._current(carried.key, carried.tx, backend)
+                if op == OP_SAVEPOINT:
+                    if name in entry.aliases:
+                        raise _error(TX_STATE, f"{method}: savepoint {name!r} is already open")
+                    entry.aliases[name] = _mapped(method, lambda b: b.savepoint(), backend)
+                    carried.opened.append(name)
+                else:
+                    _mapped(method, functools.partial(_release, savepoint=entry.resolve(name)), backend)
+                    entry.closed(name)
+            except MCPError as exc:
+                data = {OP_ERROR_KEY: {"index": index, "method": method}}
+                carried.failure = MCPError(code=exc.code, message=exc.message, data=data)
+                raise carried.failure from exc
+
+    def _report(self, carried: _Ops, backend: Backend) -> dict[str, Any]:
+        """What a tools/call answers in ``_meta["shadowguard/tx"]``: the changes since each savepoint
+        its operations opened (or the error that reading them met, for the client to raise)."""
+        out: dict[str, Any] = {}
+        for name in carried.opened:
+            try:
+                entry = self._current(carried.key, carried.tx, backend)
+                real = entry.aliases.get(name)
+                if real is None:
+                    raise _error(TX_STATE, f"{CHANGES}: unknown or closed savepoint {name!r}")
+                changes = _mapped(CHANGES, functools.partial(_changes_since, since=real), backend)
+            except MCPError as exc:
+                out[name] = {"error": {"code": exc.code, "message": exc.message}}
+            else:
+                out[name] = {"changes": changes.model_dump(mode="json")["changes"]}
+        return {"savepoints": out}
+
+    async def _carry_ops(self, ctx: Ctx, call_next: CallNext) -> HandlerResult:
+        """Server middleware: apply a tools/call's piggybacked operations before its tool (in
+        :meth:`check_call`, or here when the host never called it) and report the change sets."""
+        meta: Mapping[str, Any] = ctx.meta or {}
+        if OPS_META_KEY not in meta or (ctx.method in METHODS and PIGGYBACK in self.features):
+            return await call_next(ctx)
+        if PIGGYBACK not in self.features:
+            raise _error(
+                types.INVALID_PARAMS, f"_meta[{OPS_META_KEY!r}]: this participant does not piggyback"
+            )
+        if ctx.method != "tools/call":
+            raise _error(
+                types.INVALID_PARAMS,
+                f"_meta[{OPS_META_KEY!r}] rides only on tools/call and {EXTENSION} requests",
+            )
+        key, tx = self._selectors(ctx, "tools/call")
+        carried = _Ops(key, tx, _parse_ops(meta[OPS_META_KEY]))
+        token = _CARRIED.set(carried)
+        try:
+            result = await call_next(ctx)
+        except Exception:
+            if carried.failure is not None:
+                raise carried.failure from None
+            if not carried.started:
+                await self.access(key, functools.partial(self._run_ops, carried))
+            raise
+        finally:
+            _CARRIED.reset(token)
+        if carried.failure is not None:  # the host turned the failure into a result: the tool did not run
+            raise carried.failure
+        if not carried.started:
+            await self.access(key, functools.partial(self._run_ops, carried))
+        if not carried.opened:
+            return result
+        report = await self.access(key, functools.partial(self._report, carried))
+        if isinstance(result, BaseModel):
+            result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        wire = dict(result or {})
+        wire["_meta"] = {**(wire.get("_meta") or {}), TX_META_KEY: report}
+        return wire
 
     # -- registry
     def _current(self, key: str, tx: str, backend: Backend) -> _Open:
@@ -291,13 +454,19 @@ class TransactionParticipant:
             raise _error(types.INVALID_PARAMS, f"{method}: _meta[{TX_META_KEY!r}] names no transaction")
         return self.session_key(ctx), tx
 
-    async def _within(self, ctx: Ctx, method: str, op: Callable[[Backend], T], *, ends: bool = False) -> T:
+    async def _within(
+        self, ctx: Ctx, method: str, op: Callable[[Backend, _Open], T], *, ends: bool = False
+    ) -> T:
         key, tx = self._selectors(ctx, method)
+        meta: Mapping[str, Any] = ctx.meta or {}
+        carried = _Ops(key, tx, _parse_ops(meta[OPS_META_KEY])) if OPS_META_KEY in meta else None
 
         def work(backend: Backend) -> T:
-            self._current(key, tx, backend)
+            if carried is not None:
+                self._run_ops(carried, backend)
+            entry = self._current(key, tx, backend)
             try:
-                result = _mapped(method, op, backend)
+                result = _mapped(method, lambda b: op(b, entry), backend)
             except MCPError as exc:
                 if ends and exc.code == TX_FAILED:  # a refusal keeps the transaction; a failure ends it
                     self._forget(key, tx)
@@ -311,6 +480,8 @@ class TransactionParticipant:
     async def _begin(self, ctx: Ctx, params: TxParams) -> dict[str, Any]:
         self._accept(BEGIN, params, ())
         key, tx = self._selectors(ctx, BEGIN)
+        if OPS_META_KEY in (ctx.meta or {}):
+            raise _error(types.INVALID_PARAMS, f"{BEGIN}: nothing can be piggybacked before a transaction")
 
         def work(backend: Backend) -> None:
             self._register(key, tx, backend)
@@ -321,29 +492,41 @@ class TransactionParticipant:
                 raise
 
         await self.access(key, work)
-        return {}
+        return {"features": list(self.features)} if self.features else {}
 
     async def _savepoint(self, ctx: Ctx, params: TxParams) -> TxSavepointResult:
         self._accept(SAVEPOINT, params, ())
-        name = await self._within(ctx, SAVEPOINT, lambda b: b.savepoint())
+        name = await self._within(ctx, SAVEPOINT, lambda b, _: b.savepoint())
         return TxSavepointResult(savepoint=name)
 
     async def _rollback_to(self, ctx: Ctx, params: TxParams) -> dict[str, Any]:
         self._accept(ROLLBACK_TO, params, ("savepoint",))
         name = _check_id(params.savepoint, f"{ROLLBACK_TO}: savepoint")
-        await self._within(ctx, ROLLBACK_TO, lambda b: b.rollback_to(name))
+
+        def rollback_to(backend: Backend, entry: _Open) -> None:
+            backend.rollback_to(entry.resolve(name))
+            entry.closed(name)
+
+        await self._within(ctx, ROLLBACK_TO, rollback_to)
         return {}
 
     async def _release(self, ctx: Ctx, params: TxParams) -> dict[str, Any]:
         self._accept(RELEASE, params, ("savepoint",))
         name = _check_id(params.savepoint, f"{RELEASE}: savepoint")
-        await self._within(ctx, RELEASE, lambda b: b.release(name))
+
+        def release(backend: Backend, entry: _Open) -> None:
+            backend.release(entry.resolve(name))
+            entry.closed(name)
+
+        await self._within(ctx, RELEASE, release)
         return {}
 
     async def _changes(self, ctx: Ctx, params: TxParams) -> dict[str, Any]:
         self._accept(CHANGES, params, ("since",))
         since = None if params.since is None else _check_id(params.since, f"{CHANGES}: since")
-        changes = await self._within(ctx, CHANGES, lambda b: b.changes(since))
+        changes = await self._within(
+            ctx, CHANGES, lambda b, entry: b.changes(None if since is None else entry.resolve(since))
+        )
         return changes.model_dump(mode="json")
 
     async def _query(self, ctx: Ctx, params: TxParams) -> dict[str, Any]:
@@ -353,18 +536,26 @@ class TransactionParticipant:
         if params.params is not None and not isinstance(params.params, Mapping):
             raise _error(types.INVALID_PARAMS, f"{QUERY}: params must be an object of :name -> value")
         sql, bound = params.sql, dict(params.params or {})
-        rows = await self._within(ctx, QUERY, lambda b: b.query(sql, bound))
+        rows = await self._within(ctx, QUERY, lambda b, _: b.query(sql, bound))
         return {"rows": to_jsonable_python(rows)}
 
     async def _commit(self, ctx: Ctx, params: TxParams) -> dict[str, Any]:
         self._accept(COMMIT, params, ())
-        await self._within(ctx, COMMIT, lambda b: b.commit(), ends=True)
+        await self._within(ctx, COMMIT, lambda b, _: b.commit(), ends=True)
         return {}
 
     async def _rollback(self, ctx: Ctx, params: TxParams) -> dict[str, Any]:
         self._accept(ROLLBACK, params, ())
-        await self._within(ctx, ROLLBACK, lambda b: b.rollback(), ends=True)
+        await self._within(ctx, ROLLBACK, lambda b, _: b.rollback(), ends=True)
         return {}
+
+
+def _release(backend: Backend, *, savepoint: str) -> None:
+    backend.release(savepoint)
+
+
+def _changes_since(backend: Backend, *, since: str) -> ChangeSet:
+    return backend.changes(since)
 
 
 def _mapped(method: str, op: Callable[[Backend], T], backend: Backend) -> T:
@@ -396,8 +587,20 @@ class TransactionError(BackendError):
         self.code = code
 
 
+class NotReversibleTransactionError(TransactionError, NotReversibleError):
+    """The participant answered ``NOT_REVERSIBLE``: nothing was undone (a :class:`NotReversibleError`)."""
+
+
 def _text(result: types.CallToolResult) -> str:
     return "\n".join(part.text for part in result.content if isinstance(part, types.TextContent))
+
+
+class _Reported:
+    """A savepoint's change set as a tools/call answered it, or the error met reading it."""
+
+    def __init__(self, changes: ChangeSet | None, error: TransactionError | None) -> None:
+        self.changes = changes
+        self.error = error
 
 
 class RemoteBackend:
@@ -405,7 +608,17 @@ class RemoteBackend:
 
     ``meta`` is merged into every request's ``_meta`` (e.g. the upstream's session selector);
     :meth:`begin` chooses the transaction id, which every later request carries. Tool calls for
-    the transaction go through :meth:`call_tool` / :meth:`executor` so that they carry it too.
+    the transaction go through :meth:`call_tool` / :meth:`executor` so that they carry it too; a
+    caller that sends them itself wraps each in :meth:`tool_call_meta` and :meth:`tool_call_done` /
+    :meth:`tool_call_failed`.
+
+    With ``piggyback`` (the default) and a participant that serves it (its ``begin`` answer says
+    so), :meth:`savepoint` and :meth:`release` send nothing: they are queued and ride on the next
+    request, and :meth:`changes` since a savepoint is answered from the change set the next
+    ``tools/call`` reported. One tools/call is then one round trip. A queued operation that fails
+    raises its :class:`TransactionError` from the request it rode on, and again from any later use
+    of a savepoint it kept from opening. :meth:`commit` sends the queue first; :meth:`rollback`
+    drops it (nothing queued can change what a rollback does).
     """
 
     transactional = True
@@ -417,6 +630,7 @@ class RemoteBackend:
         meta: Mapping[str, Any] | None = None,
         timeout: float | None = None,
         portal: BlockingPortal | None = None,
+        piggyback: bool = True,
     ) -> None:
         if meta is not None and TX_META_KEY in meta:
             raise ValueError(f"meta must not set {TX_META_KEY!r}: begin() chooses the transaction id")
@@ -424,7 +638,17 @@ class RemoteBackend:
         self.meta = dict(meta or {})
         self.timeout = timeout
         self._portal = portal
+        self.piggyback = piggyback
         self.tx: str | None = None
+        self.piggybacking = False
+        """True between begin and the transaction's end when operations are piggybacked."""
+        self._names = 0
+        self._queue: list[dict[str, str]] = []
+        self._in_flight: list[dict[str, str]] = []
+        self._open: list[str] = []
+        """Piggybacked savepoints not yet released or rolled back to, oldest first."""
+        self._reported: dict[str, _Reported] = {}
+        self._failed: dict[str, TransactionError] = {}
 
     def _sync(self, func: Callable[[], Coroutine[Any, Any, T]]) -> T:
         if self._portal is not None:
@@ -440,25 +664,73 @@ class RemoteBackend:
             raise BackendError("no transaction: call begin() first")
         return self._send(self.tx, method, result_type, fields)
 
+    def _take_queue(self) -> list[dict[str, str]]:
+        ops, self._queue = self._queue, []
+        self._in_flight = ops
+        return ops
+
     def _send(self, tx: str, method: str, result_type: type[R], fields: Mapping[str, Any]) -> R:
-        params = TxParams.model_validate({"_meta": self._meta(tx), **fields})
+        meta = self._meta(tx)
+        ops = self._take_queue()
+        if ops:
+            meta[OPS_META_KEY] = ops
+        params = TxParams.model_validate({"_meta": meta, **fields})
         send = functools.partial(
             self.session.send_request, TxRequest(method=method, params=params), result_type, self.timeout
         )
         try:
-            return self._sync(send)
+            result = self._sync(send)
         except MCPError as exc:
-            if exc.code == NOT_REVERSIBLE:
-                raise NotReversibleError(exc.message) from exc
-            raise TransactionError(f"{method} failed ({exc.code}): {exc.message}", exc.code) from exc
+            raise self._failure(exc, method) from exc
+        self._in_flight = []
+        return result
+
+    def _failure(self, exc: MCPError, method: str) -> BackendError:
+        """The error to raise for a failed request: a failed piggybacked operation's own error (and
+        the savepoints it kept from opening remember it), else the request's."""
+        op = exc.data.get(OP_ERROR_KEY) if isinstance(exc.data, Mapping) else None
+        ops, self._in_flight = self._in_flight, []
+        if isinstance(op, Mapping) and isinstance(op.get("index"), int) and 0 <= op["index"] < len(ops):
+            error = self._error(str(op.get("method")), exc)
+            for item in ops[op["index"] :]:
+                if item["op"] == OP_SAVEPOINT:
+                    self._failed[item["savepoint"]] = error
+                    self._forget_from(item["savepoint"])
+            return error
+        return self._error(method, exc)
+
+    @staticmethod
+    def _error(method: str, exc: MCPError) -> TransactionError:
+        if exc.code == NOT_REVERSIBLE:
+            return NotReversibleTransactionError(exc.message, exc.code)
+        return TransactionError(f"{method} failed ({exc.code}): {exc.message}", exc.code)
+
+    def _forget_from(self, savepoint: str) -> None:
+        """``savepoint`` and the piggybacked ones opened after it are closed (or never opened)."""
+        if savepoint in self._open:
+            for name in self._open[self._open.index(savepoint) :]:
+                self._reported.pop(name, None)
+            del self._open[self._open.index(savepoint) :]
+
+    def _check_usable(self, savepoint: str) -> None:
+        error = self._failed.get(savepoint)
+        if error is not None:
+            raise error
+
+    def _reset(self) -> None:
+        self.piggybacking = False
+        self._queue, self._in_flight, self._open = [], [], []
+        self._reported.clear()
+        self._failed.clear()
 
     # -- Backend
     def begin(self) -> None:
         if self.tx is not None:
             raise BackendError(f"transaction {self.tx} already begun")
         tx = uuid.uuid4().hex
+        self._reset()
         try:
-            self._send(tx, BEGIN, types.EmptyResult, {})
+            answer = self._send(tx, BEGIN, TxBeginResult, {})
         except TransactionError as exc:
             if exc.code == types.METHOD_NOT_FOUND:
                 raise BackendError(
@@ -467,17 +739,44 @@ class RemoteBackend:
                 ) from exc
             raise
         self.tx = tx
+        self.piggybacking = self.piggyback and PIGGYBACK in answer.features
 
     def savepoint(self) -> str:
-        return self._request(SAVEPOINT, TxSavepointResult).savepoint
+        if not self.piggybacking:
+            return self._request(SAVEPOINT, TxSavepointResult).savepoint
+        if self.tx is None:
+            raise BackendError("no transaction: call begin() first")
+        self._names += 1
+        name = f"p{self._names}"
+        self._queue.append({"op": OP_SAVEPOINT, "savepoint": name})
+        self._open.append(name)
+        return name
 
     def rollback_to(self, savepoint: str) -> None:
+        self._check_usable(savepoint)
+        self._reported.clear()  # what was reported since older savepoints is partly undone now
         self._request(ROLLBACK_TO, types.EmptyResult, savepoint=savepoint)
+        self._forget_from(savepoint)
 
     def release(self, savepoint: str) -> None:
-        self._request(RELEASE, types.EmptyResult, savepoint=savepoint)
+        self._check_usable(savepoint)
+        if not self.piggybacking:
+            self._request(RELEASE, types.EmptyResult, savepoint=savepoint)
+            return
+        if self.tx is None:
+            raise BackendError("no transaction: call begin() first")
+        self._queue.append({"op": OP_RELEASE, "savepoint": savepoint})
+        self._forget_from(savepoint)
 
     def changes(self, since: str | None = None) -> ChangeSet:
+        if since is not None:
+            self._check_usable(since)
+            reported = self._reported.get(since) if since in self._open else None
+            if reported is not None:
+                if reported.error is not None:
+                    raise reported.error
+                assert reported.changes is not None
+                return reported.changes
         fields = {} if since is None else {"since": since}
         return ChangeSet(changes=self._request(CHANGES, TxChangesResult, **fields).changes)
 
@@ -488,6 +787,7 @@ class RemoteBackend:
         self._end(COMMIT)
 
     def rollback(self) -> None:
+        self._queue = []
         self._end(ROLLBACK)
 
     def _end(self, method: str) -> None:
@@ -496,17 +796,68 @@ class RemoteBackend:
         except TransactionError as exc:
             if exc.code in (TX_UNKNOWN, TX_FAILED):
                 self.tx = None  # the participant no longer holds it (or its state is unknown)
+                self._reset()
             raise
         self.tx = None
+        self._reset()
 
     # -- tool calls inside the transaction
-    def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> types.CallToolResult:
+    def tool_call_meta(self) -> dict[str, Any]:
+        """The ``_meta`` a tools/call in the transaction carries: :attr:`meta`, the transaction id and
+        the queued operations (now in flight: report the answer with :meth:`tool_call_done` or
+        :meth:`tool_call_failed`)."""
         if self.tx is None:
             raise BackendError("no transaction: call begin() first")
-        call = functools.partial(
-            self.session.call_tool, name, dict(arguments or {}), self.timeout, meta=self._meta(self.tx)
-        )
-        return self._sync(call)
+        meta = self._meta(self.tx)
+        ops = self._take_queue()
+        if ops:
+            meta[OPS_META_KEY] = ops
+        return meta
+
+    def tool_call_done(self, result: types.CallToolResult) -> None:
+        """The tools/call answered (an ``isError`` result too): its operations were applied; keep the
+        change sets it reported for :meth:`changes`."""
+        self._in_flight = []
+        self._reported.clear()
+        report = (result.meta or {}).get(TX_META_KEY)
+        savepoints = report.get("savepoints") if isinstance(report, Mapping) else None
+        if not isinstance(savepoints, Mapping):
+            return
+        for name, entry in savepoints.items():
+            if name not in self._open or not isinstance(entry, Mapping):
+                continue
+            if isinstance(entry.get("error"), Mapping):
+                error = entry["error"]
+                code = error.get("code") if isinstance(error.get("code"), int) else TX_FAILED
+                failure = MCPError(code=code, message=str(error.get("message")))
+                self._reported[name] = _Reported(None, self._error(CHANGES, failure))
+            elif isinstance(entry.get("changes"), list):
+                changes = ChangeSet.model_validate({"changes": entry["changes"]})
+                self._reported[name] = _Reported(changes, None)
+
+    def tool_call_failed(self, exc: MCPError) -> BackendError | None:
+        """The tools/call answered with a JSON-RPC error: the :class:`TransactionError` to raise
+        instead when a piggybacked operation failed (the tool did not run), else ``None`` (the
+        operations were applied; the tool's error is the caller's to handle)."""
+        self._reported.clear()
+        op = exc.data.get(OP_ERROR_KEY) if isinstance(exc.data, Mapping) else None
+        if op is None:
+            self._in_flight = []
+            return None
+        return self._failure(exc, "tools/call")
+
+    def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> types.CallToolResult:
+        meta = self.tool_call_meta()
+        call = functools.partial(self.session.call_tool, name, dict(arguments or {}), self.timeout, meta=meta)
+        try:
+            result = self._sync(call)
+        except MCPError as exc:
+            error = self.tool_call_failed(exc)
+            if error is not None:
+                raise error from exc
+            raise
+        self.tool_call_done(result)
+        return result
 
     def executor(self, *, is_error: Callable[[str], bool] | None = None) -> Executor:
         """An executor for GuardSession; ``is_error`` recognises tools that report errors in-band."""

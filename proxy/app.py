@@ -29,13 +29,20 @@ from anyio.abc import TaskStatus
 from fastapi import APIRouter, FastAPI, HTTPException
 from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from guard.approvals.stores import open_approval_store
 from guard.models import CommitOutcome, ToolOutcome
 from proxy import telemetry
+from proxy.approvals.api import approvals_router
+from proxy.approvals.auth import AgentAuth
+from proxy.approvals.review import review_router
+from proxy.approvals.webhook import WebhookNotifier
 from proxy.audit import AuditLog
-from proxy.config import ProxyConfig
+from proxy.config import ConfigError, ProxyConfig
 from proxy.health import health_router
+from proxy.held import HeldCalls
 from proxy.registry import SessionRegistry
 from proxy.server import GuardProxy
 from proxy.sessions import ProxySession, RollbackOutcome
@@ -43,6 +50,8 @@ from proxy.sessions import ProxySession, RollbackOutcome
 logger = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
+REVIEW_PATH = "/review"
+OPENAPI_PATH = "/api/openapi.json"
 
 
 class Recorder:
@@ -64,29 +73,75 @@ class Recorder:
         self.audit.record_rollback(session_id, reason, changes=len(outcome.changes))
 
 
-def build_proxy(config: ProxyConfig, *, spare_connections: bool = True) -> tuple[GuardProxy, Recorder]:
-    """The proxy a config describes (policy packs are loaded here; nothing is connected yet)."""
+def build_proxy(
+    config: ProxyConfig, *, spare_connections: bool = True, review_url: str | None = None
+) -> tuple[GuardProxy, Recorder]:
+    """The proxy a config describes (policy packs are loaded and the approval store opened here;
+    no upstream is connected yet). ``review_url`` is the reviewer page webhook notices link to.
+
+    Raises :class:`~proxy.config.ConfigError` for an ``approvals.store`` URL that names no store (or a
+    webhook secret that is not set), and :class:`~guard.approvals.models.ApprovalStoreUnavailable`
+    when the store cannot be reached.
+    """
+    held = _held_calls(config, review_url)
     recorder = Recorder(AuditLog(config.audit.path, config.audit.include_arguments))
     sessions = SessionRegistry(
-        idle_timeout=config.sessions.idle_timeout_s, on_idle=config.sessions.on_idle, observer=recorder
+        idle_timeout=config.sessions.idle_timeout_s,
+        on_idle=config.sessions.on_idle,
+        observer=recorder,
+        held=held,
     )
     try:
         proxy = GuardProxy.from_config(config, sessions, spare_connections=spare_connections)
     except BaseException:
         recorder.audit.close()
+        held.close()
         raise
     return proxy, recorder
 
 
+def _held_calls(config: ProxyConfig, review_url: str | None) -> HeldCalls:
+    """The approval queue ``config.approvals`` names (a relative SQLite file was resolved by
+    :meth:`ProxyConfig.load` against the config's folder), notifying ``config.webhook``."""
+    settings = config.approvals
+    notifier = WebhookNotifier.from_config(config.webhook, review_url=review_url)
+    try:
+        store = open_approval_store(settings.store)
+    except ValueError as exc:
+        raise ConfigError(f"approvals.store: {exc}", field="approvals.store") from exc
+    return HeldCalls(
+        store,
+        expires_after_s=settings.expires_after_s,
+        wait_s=settings.wait_s,
+        poll_s=settings.poll_s,
+        notifier=notifier,
+    )
+
+
 @asynccontextmanager
 async def serving(proxy: GuardProxy, recorder: Recorder, config: ProxyConfig) -> AsyncIterator[GuardProxy]:
-    """Telemetry on, upstreams connected, sessions served; on the way out everything is rolled back."""
+    """Telemetry on, upstreams connected, sessions served, the approval queue swept; on the way out
+    everything is rolled back (pending approval requests are cancelled) and the store closed."""
     telemetry.setup_telemetry(config)
+    held = proxy.held
     try:
-        async with proxy.running():
-            yield proxy
+        async with anyio.create_task_group() as background:
+            if held is not None:
+                await background.start(held.run)
+            try:
+                async with proxy.running():
+                    yield proxy
+            finally:
+                background.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The task group wraps whatever left its body; callers expect the error itself.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
     finally:
         recorder.audit.close()
+        if held is not None:
+            held.close()
         telemetry.shutdown_telemetry()
 
 
@@ -176,12 +231,19 @@ def create_app(
     routers: Sequence[APIRouter] = (),
     recorder: Recorder | None = None,
 ) -> FastAPI:
-    """The FastAPI app: ``/mcp``, ``/api/sessions``, health and metrics, plus ``routers``.
+    """The FastAPI app: ``/mcp``, ``/api/sessions``, ``/api/approvals``, health and metrics, plus ``routers``.
 
     With ``lifespan_runs_proxy`` the app's lifespan connects the upstreams (and rolls every session
     back at shutdown); without it the caller runs the proxy (``shadowguard serve`` does, so that a
     startup failure is reported before the server binds; stdio mode does, with this app on a side
     port). The MCP session manager always runs in the app's lifespan (pitfall P4 of the SDK notes).
+
+    With ``config.auth.agents`` set, ``/mcp`` needs an agent's bearer token and runs as that agent
+    (:class:`proxy.approvals.auth.AgentAuth`). Reviewer decisions are audited in ``recorder``'s log
+    (else the log of the recorder observing ``proxy.sessions``, as :func:`build_proxy` wires it).
+    ``/mcp`` is a route of its own, not a catch-all mount, so that a wrong method on an API path
+    gets 405 from the API rather than an answer from the MCP app. The OpenAPI schema is served at
+    ``OPENAPI_PATH``.
     """
     mcp_app = proxy.server.streamable_http_app(
         streamable_http_path=MCP_PATH,
@@ -200,14 +262,23 @@ def create_app(
             await stack.enter_async_context(proxy.server.session_manager.run())
             yield
 
-    app = FastAPI(title="shadowguard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title="shadowguard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=OPENAPI_PATH
+    )
     app.state.proxy = proxy
     app.state.config = config
+    audit_from = recorder if recorder is not None else proxy.sessions.observer
+    app.state.audit = audit_from.audit if isinstance(audit_from, Recorder) else None
     app.include_router(health_router(proxy.readiness))
     app.include_router(sessions_router(proxy))
+    app.include_router(approvals_router())
+    app.include_router(review_router())
     for router in routers:
         app.include_router(router)
-    app.mount("/", _EndSessionOnDelete(mcp_app, proxy))
+    mcp: ASGIApp = _EndSessionOnDelete(mcp_app, proxy)
+    if config.auth.agents:
+        mcp = AgentAuth(mcp, config.auth, path=MCP_PATH)
+    app.router.routes.append(Route(MCP_PATH, mcp))
     return app
 
 
@@ -268,9 +339,9 @@ async def _on_signal(
 
 async def run_http(config: ProxyConfig, *, announce: Callable[[str], None] = announce_stderr) -> None:
     """``shadowguard serve``: connect the upstreams, then serve HTTP until SIGINT/SIGTERM."""
-    proxy, recorder = build_proxy(config)
     sock = _bind(config.http.host, config.http.port)
     try:
+        proxy, recorder = build_proxy(config, review_url=_url(config.http.host, sock, REVIEW_PATH))
         async with serving(proxy, recorder, config), anyio.create_task_group() as tg:
             server = _uvicorn(create_app(proxy, config, lifespan_runs_proxy=False))
 
@@ -290,9 +361,10 @@ async def run_stdio(
 ) -> None:
     """``shadowguard serve --stdio``: one agent on stdin/stdout (until it closes them, or SIGINT/SIGTERM);
     the HTTP app on a side port if asked."""
-    proxy, recorder = build_proxy(config, spare_connections=False)
     sock = _bind(config.http.host, config.http.port) if side_http else None
     try:
+        review = _url(config.http.host, sock, REVIEW_PATH) if sock is not None else None
+        proxy, recorder = build_proxy(config, spare_connections=False, review_url=review)
         async with serving(proxy, recorder, config), anyio.create_task_group() as tg:
             server: uvicorn.Server | None = None
             if sock is not None:
@@ -317,6 +389,7 @@ async def _serve_side(server: uvicorn.Server, sock: socket.socket) -> None:
 
 __all__ = [
     "MCP_PATH",
+    "OPENAPI_PATH",
     "Recorder",
     "build_proxy",
     "create_app",

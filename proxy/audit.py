@@ -9,11 +9,15 @@ each flushed as it is written, so a crash loses at most the record being written
 With no path the lines go to the ``shadowguard.audit`` logger at INFO, for deployments that collect
 logs rather than files. Every record has::
 
-    {"ts": "2025-11-29T10:15:02.123456+00:00", "kind": "call" | "commit" | "rollback", "session": ...}
+    {"ts": "2025-11-29T10:15:02.123456+00:00",
+     "kind": "call" | "commit" | "rollback" | "approval_decision", "session": ...}
 
 plus, for ``call``: ``call_id, principal, tool, effect, verdict, error_class, retries, duration_ms,
-changes, tables, violations, arguments_digest`` (and ``arguments`` when opted in); for ``commit``:
-``committed, changes, tables, violations, duration_ms``; for ``rollback``: ``reason, changes``.
+changes, tables, violations, arguments_digest`` (and ``arguments`` when opted in; ``approval_id`` and
+``approval_state`` for a call bound to an approval request: held, or run or refused under it); for ``commit``:
+``committed, changes, tables, violations, duration_ms``; for ``rollback``: ``reason, changes``; for
+``approval_decision`` (a reviewer approved or rejected a held call): ``approval_id, principal, tool,
+reviewer, role, decision, reason, arguments_digest, at``.
 """
 
 from __future__ import annotations
@@ -89,6 +93,9 @@ class AuditLog:
             "violations": _violations(outcome.violations),
             "arguments_digest": arguments_digest(call.arguments),
         }
+        if outcome.approval_id is not None:
+            record["approval_id"] = outcome.approval_id
+            record["approval_state"] = outcome.approval_state
         if self.include_arguments:
             record["arguments"] = to_jsonable_python(call.arguments)
         return self._write(record)
@@ -117,6 +124,36 @@ class AuditLog:
             "session": session_id,
             "reason": reason,
             "changes": changes,
+        }
+        return self._write(record)
+
+    def record_approval_decision(
+        self,
+        *,
+        approval_id: str,
+        session_id: str,
+        principal: str | None,
+        tool: str,
+        reviewer: str,
+        role: str,
+        decision: str,
+        reason: str | None,
+        arguments_digest: str,
+        at: datetime,
+    ) -> dict[str, Any]:
+        """Write the record of a reviewer's decision (``approve`` or ``reject``) on a held call."""
+        record: dict[str, Any] = {
+            "kind": "approval_decision",
+            "session": session_id,
+            "approval_id": approval_id,
+            "principal": principal,
+            "tool": tool,
+            "reviewer": reviewer,
+            "role": role,
+            "decision": decision,
+            "reason": reason,
+            "arguments_digest": arguments_digest,
+            "at": at.isoformat(),
         }
         return self._write(record)
 

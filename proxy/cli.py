@@ -6,8 +6,9 @@ only place where ``proxy`` reaches into ``benchmark``: composing the command lin
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -114,6 +115,7 @@ def serve(
     """Run the MCP session proxy: every agent tool call guarded, commit only through the guard."""
     import anyio
 
+    from guard.approvals import ApprovalStoreError
     from guard.policy import PolicyError
     from proxy.app import run_http, run_stdio
     from proxy.config import ConfigError, ProxyConfig
@@ -135,11 +137,274 @@ def serve(
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
-    except (PolicyError, UpstreamError, OSError) as exc:
+    except (PolicyError, UpstreamError, ApprovalStoreError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+
+
+# -- approvals: the reviewer's command line (a client of the approvals REST API) ----------------------
+
+approvals_app = typer.Typer(
+    help="Review calls held for human approval, through a running proxy's approvals API "
+    "(docs/approvals.md). Exit 0 done, 1 refused by the API or unreachable, 2 usage.",
+    no_args_is_help=True,
+)
+app.add_typer(approvals_app, name="approvals")
+
+DEFAULT_URL = "http://127.0.0.1:8790"
+URL_ENV = "SHADOWGUARD_URL"
+TOKEN_ENV = "SHADOWGUARD_REVIEWER_TOKEN"  # noqa: S105 (the variable's name, not a token)
+
+UrlOption = Annotated[
+    str, typer.Option("--url", envvar=URL_ENV, help="The proxy's base URL.", show_envvar=True)
+]
+TokenFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--token-file",
+        help=f"File holding the reviewer token (default: ${TOKEN_ENV}).",
+        exists=True,
+        dir_okay=False,
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the API's JSON as it is.")]
+
+
+class TokenRole(StrEnum):
+    VIEWER = "viewer"
+    APPROVER = "approver"
+    AGENT = "agent"
+
+
+IdArgument = Annotated[
+    str, typer.Argument(help="The approval's id (apr_...).", metavar="ID", show_default=False)
+]
+
+
+def _reviewer_token(token_file: Path | None) -> str:
+    import os
+
+    if token_file is not None:
+        token = token_file.read_text(encoding="utf-8").strip()
+        if not token:
+            raise typer.BadParameter(f"{token_file} is empty", param_hint="--token-file")
+        return token
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if not token:
+        raise typer.BadParameter(f"no reviewer token: set ${TOKEN_ENV} or pass --token-file")
+    return token
+
+
+def _api(url: str, token_file: Path | None, method: str, path: str, **kwargs: Any) -> Any:
+    """Call the approvals API; exit 1 with the API's own message when it refuses or cannot be reached."""
+    import httpx2
+
+    token = _reviewer_token(token_file)
+    base = url.rstrip("/")
+    try:
+        with httpx2.Client(base_url=base, timeout=30.0) as client:
+            response = client.request(
+                method, f"/api/approvals{path}", headers={"Authorization": f"Bearer {token}"}, **kwargs
+            )
+    except httpx2.HTTPError as exc:
+        typer.echo(f"error: cannot reach the approvals API at {base}: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if response.status_code >= 400:
+        error = body.get("error") if isinstance(body, dict) else None
+        if isinstance(error, dict) and "message" in error:
+            message = f"{error.get('code')}: {error['message']}"
+        else:
+            message = response.text.strip() or response.reason_phrase
+        typer.echo(f"error: {response.status_code} {message}", err=True)
+        raise typer.Exit(1)
+    if body is None:
+        typer.echo(f"error: {base} answered {response.status_code} without JSON", err=True)
+        raise typer.Exit(1)
+    return body
+
+
+def _echo_json(body: Any) -> None:
+    import json
+
+    typer.echo(json.dumps(body, indent=2, ensure_ascii=False))
+
+
+def _value(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _row_diff(change: dict[str, Any]) -> list[str]:
+    """One row change as lines: ``- col: before`` / ``+ col: after`` for the columns that differ."""
+    before: dict[str, Any] = change.get("before") or {}
+    after: dict[str, Any] = change.get("after") or {}
+    lines = [f"  {change['op']} {change['table']} {change['key']}"]
+    for column in sorted({*before, *after}):
+        old, new = before.get(column), after.get(column)
+        if column in before and column in after and old == new:
+            continue
+        if column in before:
+            lines.append(f"    - {column}: {_value(old)}")
+        if column in after:
+            lines.append(f"    + {column}: {_value(new)}")
+    return lines
+
+
+def _show_text(approval: dict[str, Any]) -> list[str]:
+    upstream = approval.get("upstream") or "-"
+    lines = [
+        f"{approval['id']}  {approval['state']}",
+        f"  tool       {approval['tool']}  (effect {approval['effect']}, upstream {upstream})",
+        f"  principal  {approval.get('principal') or '-'}  session {approval['session_id']}",
+        f"  arguments  {_value(approval['arguments'])}",
+        f"  digest     {approval['arguments_digest']}",
+        f"  rule       {approval['rule_id']}",
+    ]
+    source = approval.get("rule_source")
+    if source:
+        quote = f': "{source["quote"]}"' if source.get("quote") else ""
+        lines.append(f"  policy     {source['ref']}{quote}")
+    lines.append(f"  created    {approval['created_at']}  expires {approval['expires_at']}")
+    if approval.get("decided_at"):
+        reason = f": {approval['reason']}" if approval.get("reason") else ""
+        lines.append(f"  decided    {approval['decided_at']} by {approval.get('decided_by')}{reason}")
+    if approval.get("used_at"):
+        lines.append(f"  used       {approval['used_at']} by {approval.get('used_by')}")
+    for check in approval.get("checks", []):
+        message = f": {check['message']}" if check.get("message") else ""
+        lines.append(f"  check      {'pass' if check['passed'] else 'FAIL'} {check['rule_id']}{message}")
+    changes = approval.get("preview", {}).get("changes", [])
+    rehearsed = "" if approval.get("rehearsed", True) else " (not rehearsed: the backend cannot preview)"
+    lines.append(f"changes ({len(changes)}){rehearsed}:")
+    for change in changes:
+        lines.extend(_row_diff(change))
+    if "history" in approval:
+        lines.append("history:")
+        for event in approval["history"]:
+            reason = f": {event['reason']}" if event.get("reason") else ""
+            lines.append(f"  {event['at']}  {event['action']} by {event['actor']}{reason}")
+    return lines
+
+
+@approvals_app.command("list")
+def approvals_list(
+    state: Annotated[
+        list[str] | None, typer.Option("--state", help="Only this state (repeatable): pending, approved, ...")
+    ] = None,
+    session: Annotated[str | None, typer.Option("--session", help="Only this guard session.")] = None,
+    principal: Annotated[str | None, typer.Option("--principal", help="Only this principal.")] = None,
+    tool: Annotated[str | None, typer.Option("--tool", help="Only this tool.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 100,
+    as_json: JsonOption = False,
+    url: UrlOption = DEFAULT_URL,
+    token_file: TokenFileOption = None,
+) -> None:
+    """The approval queue, newest first."""
+    params: dict[str, Any] = {"limit": limit}
+    for key, value in (("state", state), ("session_id", session), ("principal", principal), ("tool", tool)):
+        if value:
+            params[key] = value
+    body = _api(url, token_file, "GET", "", params=params)
+    if as_json:
+        _echo_json(body)
+        return
+    if not body["items"]:
+        typer.echo("no approvals")
+        return
+    for item in body["items"]:
+        changes = len(item.get("preview", {}).get("changes", []))
+        typer.echo(
+            f"{item['id']}  {item['state']:<9}  {item['tool']}  principal={item.get('principal') or '-'}  "
+            f"rule={item['rule_id']}  changes={changes}  expires={item['expires_at']}"
+        )
+
+
+@approvals_app.command("show")
+def approvals_show(
+    approval_id: IdArgument,
+    as_json: JsonOption = False,
+    url: UrlOption = DEFAULT_URL,
+    token_file: TokenFileOption = None,
+) -> None:
+    """One approval: the call, the rows it would change (before/after), the checks and its history."""
+    body = _api(url, token_file, "GET", f"/{approval_id}")
+    if as_json:
+        _echo_json(body)
+    else:
+        typer.echo("\n".join(_show_text(body)))
+
+
+@approvals_app.command("approve")
+def approvals_approve(
+    approval_id: IdArgument,
+    reason: Annotated[str | None, typer.Option("--reason", help="Why (optional; recorded).")] = None,
+    as_json: JsonOption = False,
+    url: UrlOption = DEFAULT_URL,
+    token_file: TokenFileOption = None,
+) -> None:
+    """Approve a pending request: the held call may then run, once."""
+    body = _api(url, token_file, "POST", f"/{approval_id}/approve", json={"reason": reason})
+    if as_json:
+        _echo_json(body)
+    else:
+        typer.echo(f"{body['id']}: {body['state']} by {body['decided_by']}")
+
+
+@approvals_app.command("reject")
+def approvals_reject(
+    approval_id: IdArgument,
+    reason: Annotated[
+        str, typer.Option("--reason", help="Why (required; sent back to the agent).", show_default=False)
+    ],
+    as_json: JsonOption = False,
+    url: UrlOption = DEFAULT_URL,
+    token_file: TokenFileOption = None,
+) -> None:
+    """Reject a pending request; the agent is told the reason."""
+    body = _api(url, token_file, "POST", f"/{approval_id}/reject", json={"reason": reason})
+    if as_json:
+        _echo_json(body)
+    else:
+        typer.echo(f"{body['id']}: {body['state']} by {body['decided_by']}: {body['reason']}")
+
+
+@approvals_app.command("token")
+def approvals_token(
+    name: Annotated[str, typer.Option("--name", help="Who holds the token.", show_default=False)],
+    role: Annotated[
+        TokenRole,
+        typer.Option(
+            "--role", help="viewer or approver (a reviewer), or agent (for /mcp).", show_default=False
+        ),
+    ],
+) -> None:
+    """Make a new random token: printed once, with the config snippet that holds only its sha256."""
+    import secrets
+
+    import yaml
+
+    from proxy.approvals.auth import hash_token
+
+    if not name.strip() or len(name) > 128:
+        raise typer.BadParameter("must be 1 to 128 characters", param_hint="--name")
+    token = secrets.token_urlsafe(32)
+    entry: dict[str, str] = {"name": name}
+    if role is not TokenRole.AGENT:
+        entry["role"] = role.value
+    entry["token_sha256"] = hash_token(token)
+    section = "agents" if role is TokenRole.AGENT else "reviewers"
+    snippet = yaml.safe_dump({"auth": {section: [entry]}}, sort_keys=False).rstrip()
+    typer.echo(f"token (shown once, keep it secret): {token}")
+    typer.echo(f"add to the proxy config (merge into auth.{section} if it exists):")
+    typer.echo(snippet)
 
 
 def main() -> None:

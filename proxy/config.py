@@ -171,6 +171,23 @@ class AuthConfig(_Section):
     reviewers: list[ReviewerConfig] = Field(default_factory=list)
     """Empty: the approvals API and the reviewer page refuse every request (403)."""
 
+    @model_validator(mode="after")
+    def _distinct_credentials(self) -> Self:
+        for kind, entries in (("agents", self.agents), ("reviewers", self.reviewers)):
+            names = [e.name for e in entries]
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise ValueError(f"{kind}: name {twice[0]!r} is used twice; names must be unique")
+        hashes = [a.token_sha256 for a in self.agents] + [r.token_sha256 for r in self.reviewers]
+        if len(set(hashes)) != len(hashes):
+            agent = {a.token_sha256 for a in self.agents}
+            if any(r.token_sha256 in agent for r in self.reviewers):
+                raise ValueError(
+                    "an agent and a reviewer share a token: agent credentials must never be able to review"
+                )
+            raise ValueError("a token_sha256 appears twice: every agent and reviewer needs its own token")
+        return self
+
 
 class WebhookConfig(_Section):
     url: str | None = Field(default=None, pattern=r"^https?://\S+$")
@@ -250,7 +267,8 @@ class ProxyConfig(BaseSettings):
             for u in self.upstreams
         ]
         audit = self.audit.model_copy(update={"path": _absolute(self.audit.path, base)})
-        resolved = self.model_copy(update={"upstreams": upstreams, "audit": audit})
+        approvals = self.approvals.model_copy(update={"store": _absolute_sqlite(self.approvals.store, base)})
+        resolved = self.model_copy(update={"upstreams": upstreams, "audit": audit, "approvals": approvals})
         # model_fields_set keeps saying which sections the file or environment gave, as before
         resolved.__pydantic_fields_set__ = set(self.model_fields_set)
         return resolved
@@ -270,6 +288,17 @@ def _absolute_command(command: str | None, base: Path) -> str | None:
         return command
     resolved = _absolute(Path(command), base)
     return str(resolved)
+
+
+def _absolute_sqlite(url: str, base: Path) -> str:
+    """``sqlite:///file.db`` (a file relative to the config's folder) as ``sqlite:////abs/file.db``."""
+    scheme, sep, rest = url.partition(":///")
+    if not sep or scheme.partition("+")[0] != "sqlite":
+        return url
+    path, query_sep, query = rest.partition("?")
+    if not path or path.startswith(("/", ":memory:", "file:")):
+        return url
+    return f"{scheme}:///{_absolute(Path(path), base)}{query_sep}{query}"
 
 
 # -- reading and error reporting ---------------------------------------------------------------------

@@ -19,6 +19,7 @@ import anyio.abc
 
 from guard.metrics import CallObserver
 from guard.models import CommitOutcome, ToolOutcome
+from proxy.held import HeldCalls
 from proxy.sessions import EndReason, OnIdle, ProxySession, RollbackOutcome, SessionObserver, silent
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,8 @@ class SessionRegistry:
     call_observer: CallObserver | None = None
     limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(200))
     clock: Callable[[], float] = time.monotonic
+    held: HeldCalls | None = None
+    """The approval queue the sessions hold calls in (None: held calls are only reported)."""
     _sessions: dict[str, ProxySession] = field(default_factory=dict)
     _ended: OrderedDict[str, EndReason] = field(default_factory=OrderedDict)
 
@@ -88,6 +91,7 @@ class SessionRegistry:
             observer=self.observer,
             call_observer=self.call_observer,
             clock=self.clock,
+            held=self.held,
         )
         self._sessions[session_id] = session
         self._ended.pop(session_id, None)

@@ -17,7 +17,15 @@ outcome is rendered for the agent:
   source) and the guard's error hint; a failed call keeps the upstream's own content first.
 
 Every result carries ``_meta["shadowguard/outcome"]`` (verdict, call id, session id) so that an
-agent or its orchestrator can name the session to ``POST /api/sessions/{id}/commit``.
+agent or its orchestrator can name the session to ``POST /api/sessions/{id}/commit``; a call bound to
+an approval request adds ``approval_id``, ``approval_state`` and ``approval_expires_at`` there and in
+the verdict. An agent may name the approval a call runs under in ``_meta["shadowguard/approval"]``
+(docs/approvals.md); sending the same call again finds it too. A 2026-07-28 client that declared the
+elicitation capability gets a still-pending call as an input request instead ("awaiting reviewer
+approval ...; accept to check again"); its answer is never an approval: the retried call only looks
+at the approval store again. The round's ``requestState`` (the request id) is sealed by the SDK's
+:class:`~mcp.server.request_state.RequestStateBoundary` (a per-process key: retries must reach the
+same replica, as every call of a session does).
 """
 
 from __future__ import annotations
@@ -34,13 +42,16 @@ import anyio.abc
 import mcp.types as types
 from mcp import MCPError
 from mcp.server import Server, ServerRequestContext
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from guard.approvals.models import ApprovalStore
 from guard.errors import ErrorClass
 from guard.models import CommitOutcome, EffectClass, ErrorHint, ToolCall, ToolOutcome, Verdict, Violation
 from guard.session import RESERVED_PREFIX
 from proxy import telemetry
 from proxy.config import ConfigError, ProxyConfig
+from proxy.held import APPROVAL_META_KEY, HeldCalls
 from proxy.registry import SessionLimitError, SessionOwnerError, SessionRegistry
 from proxy.sessions import SESSION_META_KEY, ProxySession, RollbackOutcome
 from proxy.stdio import stdio_streams
@@ -50,6 +61,10 @@ logger = logging.getLogger(__name__)
 
 OUTCOME_META_KEY = "shadowguard/outcome"
 MAX_SESSION_ID = 256
+MAX_APPROVAL_ID = 128
+APPROVAL_INPUT_KEY = "shadowguard/approval"
+"""The key of the input request a still-pending call asks a 2026-07-28 client to answer."""
+_STATE_PREFIX = "approval:"
 MAX_VIOLATION_ROWS = 5
 ROLLBACK_TOOL = "rollback"
 
@@ -109,6 +124,61 @@ def session_identity(ctx: Ctx, stdio_session: str) -> tuple[str, str | None]:
     )
 
 
+def approval_of(ctx: Ctx) -> str | None:
+    """The approval id the agent runs a call under (``_meta["shadowguard/approval"]``), if it names one."""
+    meta: Mapping[str, Any] = ctx.meta or {}
+    if APPROVAL_META_KEY not in meta:
+        return None
+    value = meta[APPROVAL_META_KEY]
+    if not isinstance(value, str) or not value or len(value) > MAX_APPROVAL_ID:
+        raise _invalid(
+            f"_meta[{APPROVAL_META_KEY!r}] must be an approval request id: a non-empty string "
+            f"of at most {MAX_APPROVAL_ID} characters"
+        )
+    return value
+
+
+def _approval_in_state(state: str | None) -> str | None:
+    """The request id a retried round carries in its (verified, unsealed) ``requestState``."""
+    if state is None or not state.startswith(_STATE_PREFIX):
+        return None
+    return state.removeprefix(_STATE_PREFIX) or None
+
+
+def _asks_input(ctx: Ctx, outcome: ToolOutcome) -> bool:
+    """A held call for a client that can answer an input request (2026-07-28, elicitation declared)."""
+    if outcome.verdict is not Verdict.HELD or outcome.approval_id is None:
+        return False
+    if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return False
+    capabilities = ctx.session.client_capabilities
+    return capabilities is not None and capabilities.elicitation is not None
+
+
+def render_input_required(
+    outcome: ToolOutcome, session_id: str | None, tool: str
+) -> types.InputRequiredResult:
+    """A still-pending call as an input request: the client checks back by answering it (any answer)."""
+    assert outcome.approval_id is not None
+    expires = outcome.approval_expires_at.isoformat() if outcome.approval_expires_at is not None else "?"
+    message = (
+        f"{tool} is awaiting reviewer approval {outcome.approval_id} (it expires at {expires}); "
+        "nothing was done yet. Accept to check again. Answering does not approve it: only a reviewer can."
+    )
+    form = types.ElicitRequestFormParams(
+        message=message, requested_schema={"type": "object", "properties": {}}
+    )
+    stamp: dict[str, Any] = {"verdict": outcome.verdict.value, "call_id": outcome.call.id}
+    if session_id is not None:
+        stamp["session"] = session_id
+    stamp.update(_approval_json(outcome))
+    return types.InputRequiredResult(
+        input_requests={APPROVAL_INPUT_KEY: types.ElicitRequest(params=form)},
+        request_state=_STATE_PREFIX + outcome.approval_id,
+        _meta={OUTCOME_META_KEY: stamp},
+    )
+
+
 # -- rendering ------------------------------------------------------------------------------------
 
 
@@ -159,6 +229,16 @@ def _verdict_json(outcome: ToolOutcome, tool: str) -> dict[str, Any]:
         out["hint"] = outcome.hint.model_dump(mode="json", exclude_none=True)
     if outcome.retries:
         out["retries"] = outcome.retries
+    out.update(_approval_json(outcome))
+    return out
+
+
+def _approval_json(outcome: ToolOutcome) -> dict[str, Any]:
+    if outcome.approval_id is None:
+        return {}
+    out: dict[str, Any] = {"approval_id": outcome.approval_id, "approval_state": outcome.approval_state}
+    if outcome.approval_expires_at is not None:
+        out["approval_expires_at"] = outcome.approval_expires_at.isoformat()
     return out
 
 
@@ -179,6 +259,7 @@ def render_outcome(
     stamp: dict[str, Any] = {"verdict": outcome.verdict.value, "call_id": outcome.call.id}
     if session_id is not None:
         stamp["session"] = session_id
+    stamp.update(_approval_json(outcome))
     if outcome.verdict is Verdict.ALLOWED and upstream_result is not None:
         meta = strip_reserved_meta(upstream_result.meta)
         meta[OUTCOME_META_KEY] = stamp
@@ -314,6 +395,9 @@ class GuardProxy:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
         )
+        self.server.middleware.append(
+            RequestStateBoundary(RequestStateSecurity.ephemeral(), default_audience=name)
+        )
 
     @classmethod
     def from_config(
@@ -406,6 +490,17 @@ class GuardProxy:
     def is_running(self) -> bool:
         return self._running
 
+    @property
+    def held(self) -> HeldCalls | None:
+        """Where held calls wait for reviewers (the sessions' approval queue); None: no queue."""
+        return self.sessions.held
+
+    @property
+    def approvals(self) -> ApprovalStore | None:
+        """The approval store the reviewer API and page read and decide in (None: no queue)."""
+        held = self.sessions.held
+        return held.store if held is not None else None
+
     def readiness(self) -> dict[str, bool]:
         """Upstream name -> ready (connected, tool list loaded); for ``/readyz``."""
         return {u.name: self._running and u.ready for u in self.upstreams}
@@ -436,7 +531,9 @@ class GuardProxy:
         return types.ListToolsResult(tools=self.agent_tools())
 
     # -- tools/call
-    async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def _call_tool(
+        self, ctx: Ctx, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
         name = params.name
         arguments: dict[str, Any] = dict(params.arguments or {})
         if name == self.commit_tool or name == self.rollback_tool:
@@ -467,11 +564,14 @@ class GuardProxy:
             raise _invalid(str(exc)) from exc
         except SessionLimitError as exc:
             raise MCPError(code=types.INVALID_REQUEST, message=str(exc)) from exc
+        approval_id = approval_of(ctx) or _approval_in_state(params.request_state)
         meta = strip_reserved_meta(ctx.meta)
         with telemetry.span(
             "shadowguard.tool_call", tool=name, upstream=route.upstream.name, session=session_id
         ):
-            result = await session.call(route.upstream, route.name, arguments, meta)
+            result = await session.call(route.upstream, route.name, arguments, meta, approval_id=approval_id)
+        if _asks_input(ctx, result.outcome):
+            return render_input_required(result.outcome, session_id, route.exposed)
         return render_outcome(result.outcome, result.upstream_result, session_id, tool=route.exposed)
 
     def _commit_without_session(self, session_id: str) -> CommitOutcome:
@@ -514,8 +614,10 @@ __all__ = [
     "OUTCOME_META_KEY",
     "GuardProxy",
     "UpstreamError",
+    "approval_of",
     "principal_of",
     "render_commit",
+    "render_input_required",
     "render_outcome",
     "render_rollback",
     "session_identity",

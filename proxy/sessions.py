@@ -26,6 +26,12 @@ Failure semantics (never a silent commit, never a claimed rollback that did not 
 * after pending changes were lost (an upstream failure, a failed commit) the next ``commit`` is
   refused with what happened (a rollback clears it), so that a commit never reports success over
   work that is gone; the changes made since stay pending for the commit after.
+
+Held calls (docs/approvals.md, :mod:`proxy.held`): with an approval store, each session has one
+:class:`~guard.approvals.gate.ApprovalGate` per upstream. A held call waits for a reviewer's decision
+*outside* the session's lock (other calls, commit and rollback go on meanwhile) and, once it is
+decided, runs again under that approval; a commit is refused while the session has pending requests;
+a rollback or the session's end cancels them.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ import mcp.types as types
 from mcp import MCPError
 from pydantic import BaseModel, Field
 
+from guard.approvals.gate import ApprovalGate
+from guard.approvals.models import ApprovalState, ApprovalStoreError
 from guard.backend import BackendError, NotReversibleError
 from guard.checks import CheckContext, run_checks
 from guard.effects import ToolInfo, classify
@@ -62,7 +70,8 @@ from guard.models import (
     Violation,
 )
 from guard.session import GuardSession, ToolResult
-from guard.txext import TX_META_KEY, RemoteBackend, TransactionError
+from guard.txext import RemoteBackend, TransactionError
+from proxy.held import CANCEL_REASONS, HeldCalls
 from proxy.upstreams import (
     CALL_TIMEOUT_S,
     Upstream,
@@ -162,6 +171,7 @@ class ProxySession:
         observer: SessionObserver | None = None,
         call_observer: CallObserver | None = None,
         clock: Callable[[], float] = time.monotonic,
+        held: HeldCalls | None = None,
     ) -> None:
         self.id = session_id
         self.principal = principal
@@ -179,11 +189,16 @@ class ProxySession:
         self.closed = False
         self.lost: str | None = None
         """Why earlier changes were lost; reported by (and cleared at) the next commit or rollback."""
+        self.held = held
+        """The approval store and settings; None: held calls are only reported (no queue)."""
+        self._gates: dict[str, ApprovalGate] = {}
+        self._waiting = 0
 
     # -- state
     @property
     def busy(self) -> bool:
-        return self._lock.locked()
+        """A call is running or waiting for a reviewer (an idle reaper leaves the session alone)."""
+        return self._lock.locked() or self._waiting > 0
 
     @property
     def in_transaction(self) -> bool:
@@ -214,8 +229,45 @@ class ProxySession:
         tool: str,
         arguments: Mapping[str, Any],
         meta: Mapping[str, Any] | None = None,
+        *,
+        approval_id: str | None = None,
     ) -> CallResult:
-        """Guard and forward one call; ``meta`` is the agent's ``_meta`` without reserved keys."""
+        """Guard and forward one call; ``meta`` is the agent's ``_meta`` without reserved keys.
+
+        ``approval_id``: the approval the agent runs the call under. A held call waits up to
+        ``approvals.wait_s`` for a decision (without the session's lock) and, once decided, is run
+        again under it: executed if approved, refused with the reason if rejected or expired. Still
+        pending at the end of the wait: the held outcome is returned.
+        """
+        result = await self._call_once(upstream, tool, arguments, meta, approval_id)
+        held = self.held
+        if held is None or held.wait_s <= 0:
+            return result
+        deadline = anyio.current_time() + held.wait_s
+        while result.outcome.verdict is Verdict.HELD and result.outcome.approval_id is not None:
+            waited_for = result.outcome.approval_id
+            self._waiting += 1
+            try:
+                decided = await held.wait(waited_for, deadline)
+            except ApprovalStoreError as exc:
+                logger.warning("session %s: waiting for approval %s: %s", self.id, waited_for, exc)
+                return result
+            finally:
+                self._waiting -= 1
+                self.last_used = self._clock()
+            if decided.state is ApprovalState.PENDING:
+                return result
+            result = await self._call_once(upstream, tool, arguments, meta, decided.id)
+        return result
+
+    async def _call_once(
+        self,
+        upstream: Upstream,
+        tool: str,
+        arguments: Mapping[str, Any],
+        meta: Mapping[str, Any] | None,
+        approval_id: str | None,
+    ) -> CallResult:
         async with self._lock:
             self.last_used = self._clock()
             self.calls += 1
@@ -230,10 +282,14 @@ class ProxySession:
                 result = CallResult(self._unavailable(upstream, tool, arguments, exc))
             else:
                 self._forward_meta = dict(meta or {})
-                result = await self._run(self._call_sync, leg, tool, arguments)
+                result = await self._run(self._call_sync, leg, tool, arguments, approval_id)
             await self._drop_lost_connections()
             self.last_used = self._clock()
+            gate = self._gates.get(upstream.name)
+            requested = gate.take_requested() if gate is not None else []
         self.observer.call(result.outcome)
+        if self.held is not None and requested:
+            await self.held.notify(requested)
         return result
 
     async def _leg(self, upstream: Upstream) -> _Leg:
@@ -248,11 +304,13 @@ class ProxySession:
         self._legs[upstream.name] = leg
         return leg
 
-    def _call_sync(self, leg: _Leg, tool: str, arguments: Mapping[str, Any]) -> CallResult:
+    def _call_sync(
+        self, leg: _Leg, tool: str, arguments: Mapping[str, Any], approval_id: str | None
+    ) -> CallResult:
         self._forwarded = None
         try:
             guard = leg.guard if leg.guard is not None else self._begin(leg)
-            outcome = guard.call(tool, arguments)
+            outcome = guard.call(tool, arguments, approval_id=approval_id)
         except (BackendError, UpstreamError, MCPError) as exc:
             return CallResult(self._broken(leg, tool, arguments, exc))
         except BaseException:
@@ -265,6 +323,7 @@ class ProxySession:
         upstream = leg.upstream
         infos = upstream.tool_infos()
         execute = self._executor(leg)
+        gate = self._gate(upstream)
         if upstream.transactional:
             leg.remote = RemoteBackend(
                 leg.connection.session, meta={SESSION_META_KEY: leg.upstream_session}, timeout=CALL_TIMEOUT_S
@@ -277,6 +336,7 @@ class ProxySession:
                 session_id=self.id,
                 principal=self.principal,
                 observer=self.call_observer,
+                gate=gate,
             )
         else:
             journal = JournalBackend(
@@ -290,27 +350,47 @@ class ProxySession:
                 session_id=self.id,
                 principal=self.principal,
                 observer=self.call_observer,
+                gate=gate,
             )
         leg.guard = guard
         return guard
+
+    def _gate(self, upstream: Upstream) -> ApprovalGate | None:
+        """The session's gate for ``upstream``: one for the session's life (it remembers what it told)."""
+        if self.held is None:
+            return None
+        gate = self._gates.get(upstream.name)
+        if gate is None:
+            gate = self._gates[upstream.name] = self.held.gate(upstream)
+        return gate
 
     def _executor(self, leg: _Leg) -> Callable[[str, Mapping[str, Any]], ToolResult]:
         """Forwards one call on the leg's connection (worker thread) and keeps the upstream's answer.
 
         What the upstream raises (a timeout, a refused request, a result the SDK refuses) is the
         guard's to classify and maybe retry; a closed connection is :class:`UpstreamGoneError`,
-        which ends the transaction instead.
+        which ends the transaction instead. On a transactional leg the call carries the
+        transaction id and the operations RemoteBackend queued (savepoint, release: one round trip
+        per call); a queued operation that failed is the backend's error (the tool did not run).
         """
 
         def execute(tool: str, arguments: Mapping[str, Any]) -> ToolResult:
             self._forwarded = None
             meta = dict(self._forward_meta)
-            if leg.remote is not None:
-                if leg.remote.tx is None:
+            remote = leg.remote
+            if remote is not None:
+                if remote.tx is None:
                     raise BackendError("no open transaction on the upstream")
-                meta[SESSION_META_KEY] = leg.upstream_session
-                meta[TX_META_KEY] = leg.remote.tx
-            result = anyio.from_thread.run(leg.connection.call_tool, tool, arguments, meta)
+                meta.update(remote.tool_call_meta())
+            try:
+                result = anyio.from_thread.run(leg.connection.call_tool, tool, arguments, meta)
+            except MCPError as exc:
+                failed = remote.tool_call_failed(exc) if remote is not None else None
+                if failed is not None:
+                    raise failed from exc
+                raise
+            if remote is not None:
+                remote.tool_call_done(result)
             self._forwarded = result
             return ToolResult(text=_text(result), is_error=bool(result.is_error))
 
@@ -411,6 +491,9 @@ class ProxySession:
                     )
                 ],
             )
+        waiting = self._pending_approvals()
+        if waiting is not None:
+            return waiting
         if not legs:
             return CommitOutcome(committed=True)
         changes = ChangeSet()
@@ -446,6 +529,42 @@ class ProxySession:
             committed.append(leg.upstream.name)
         return CommitOutcome(committed=True, changes=changes)
 
+    def _pending_approvals(self) -> CommitOutcome | None:
+        """A refusal while the session has requests waiting for a reviewer (worker thread), else None."""
+        if self.held is None:
+            return None
+        try:
+            pending = self.held.pending(self.id, self.principal)
+        except ApprovalStoreError as exc:
+            message = (
+                f"Not committed: the approval queue cannot be read ({exc}), so calls held for a "
+                "reviewer cannot be ruled out."
+            )
+            step = "Try the commit again later."
+            return CommitOutcome(
+                committed=False,
+                violations=[Violation(rule_id="approvals_unavailable", message=message, hint=step)],
+            )
+        if not pending:
+            return None
+        ids = ", ".join(a.id for a in pending)
+        return CommitOutcome(
+            committed=False,
+            violations=[
+                Violation(
+                    rule_id="approval_pending",
+                    message=(
+                        f"Not committed: {len(pending)} call(s) of this session wait for a reviewer "
+                        f"(request {ids}); a commit now would leave them out."
+                    ),
+                    hint=(
+                        "Wait for the decision and send the held call again (it runs once approved), "
+                        "then commit; or roll back, which cancels the requests."
+                    ),
+                )
+            ],
+        )
+
     def _commit_failed(self, exc: BaseException, committed: list[str]) -> CommitOutcome:
         logger.warning("session %s: commit failed: %s", self.id, exc)
         rollback = self._rollback_sync("commit_failed")
@@ -477,7 +596,19 @@ class ProxySession:
             self.lost = None
             outcome: RollbackOutcome = await self._run(self._rollback_sync, reason)
             await self._drop_lost_connections()
+            await self._cancel_pending(reason)
         return outcome
+
+    async def _cancel_pending(self, reason: str) -> None:
+        """Cancel the session's pending requests (its end, or a rollback, makes them moot)."""
+        if self.held is None:
+            return
+        why = CANCEL_REASONS.get(reason, f"the session ended ({reason}) before a decision")
+        try:
+            await self._run(self.held.cancel_pending, self.id, self.principal, why)
+        except ApprovalStoreError as exc:
+            # They expire on their own; the session is over either way.
+            logger.warning("session %s: pending approvals not cancelled: %s", self.id, exc)
 
     def _rollback_sync(self, reason: RollbackReason) -> RollbackOutcome:
         """Roll back every open transaction (worker thread); report what could not be undone."""
@@ -526,4 +657,5 @@ class ProxySession:
                 if leg.owned:
                     await leg.connection.aclose()
             self._legs.clear()
+            await self._cancel_pending(reason)
         return result

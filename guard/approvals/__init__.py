@@ -1,5 +1,6 @@
 """Human approval for irreversible changes: the model, the store protocol and its SQL/Redis stores."""
 
+from guard.approvals.gate import ApprovalGate, Resolution, policy_version, same_changes
 from guard.approvals.models import (
     FINAL_STATES,
     Approval,
@@ -26,6 +27,7 @@ __all__ = [
     "Approval",
     "ApprovalConflict",
     "ApprovalEvent",
+    "ApprovalGate",
     "ApprovalNotFound",
     "ApprovalQuery",
     "ApprovalRequest",
@@ -35,9 +37,12 @@ __all__ = [
     "ApprovalStoreUnavailable",
     "CheckResult",
     "RedisApprovalStore",
+    "Resolution",
     "SqlApprovalStore",
     "arguments_digest",
     "new_approval_id",
     "open_approval_store",
+    "policy_version",
+    "same_changes",
     "utcnow",
 ]

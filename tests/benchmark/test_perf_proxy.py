@@ -1,21 +1,47 @@
-"""`shadowguard bench perf --proxy`: what it prints (never how fast it is), with tiny numbers."""
+"""`shadowguard bench perf --proxy`: what it prints (never how fast it is), with tiny numbers.
+
+The peer proxies come from the package index, which the tests do not reach: here the peer
+machinery runs stand-in peers (a notes server of its own, a runner that will not start, a
+requirement pip cannot install), so that installing, starting, measuring and reporting a peer are
+exercised offline; the real peers run only from the command.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
+import pytest
 from typer.testing import CliRunner
 
+from benchmark import perf
 from proxy.cli import _mount_benchmark, app
+
+FAKE_NOTES = f"""\
+import runpy
+
+probe = bind()
+port = probe.getsockname()[1]
+probe.close()
+sys.argv = ["notes", "--db", sys.argv[2] + "/peer.sqlite", "--port", str(port), "--transactional"]
+announce(port)
+runpy.run_path({str(perf.NOTES_SERVER)!r}, run_name="__main__")
+"""
+
+
+def _cells(output: str) -> list[list[str]]:
+    rows = [line for line in output.splitlines() if line.startswith("│ ")]
+    return [[c.strip() for c in line.strip("│").split("│")] for line in rows]
 
 
 def test_cli_proxy_prints_a_row_per_path_kind_and_concurrency() -> None:
     _mount_benchmark()
-    args = ["bench", "perf", "--proxy", "--clients", "1", "--clients", "2", "--calls", "3"]
+    args = ["bench", "perf", "--proxy", "--no-peers", "--clients", "1", "--clients", "2", "--calls", "3"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "tools/call round trips over HTTP" in result.output
-    rows = [line for line in result.output.splitlines() if line.startswith("│ ")]
-    cells = [[c.strip() for c in line.strip("│").split("│")] for line in rows]
-    body = [c for c in cells if c[0] in ("direct", "shadowguard")]
+    body = [c for c in _cells(result.output) if c[0] in ("direct", "shadowguard")]
     assert [(c[0], c[1], c[2]) for c in body] == [
         (path, kind, n)
         for kind in ("read", "write")
@@ -23,8 +49,56 @@ def test_cli_proxy_prints_a_row_per_path_kind_and_concurrency() -> None:
         for path in ("direct", "shadowguard")
     ]
     assert all(int(c[3]) + int(c[4]) == int(c[2]) * 3 for c in body)
-    assert all(c[8] == "-" for c in body if c[0] == "direct")
-    assert "Peer proxies (mcp-proxy, mcp-airlock, FastMCP's proxy) were not measured." in result.output
-    last = result.output.strip().splitlines()[-1]
-    assert last.startswith("perf proxy: median through shadowguard vs direct: read ×1 ")
-    assert "; write ×2 " in last
+    assert all(c[8] == "-" and c[11] == "-" for c in body if c[0] == "direct")
+    assert all(c[11].startswith(("+", "-")) and c[11] != "-" for c in body if c[0] == "shadowguard")
+    assert "Peer proxies (mcp-proxy, mcp-airlock, fastmcp) were not measured (--no-peers)." in result.output
+    lines = result.output.strip().splitlines()
+    assert lines[-3].startswith("perf proxy: median through shadowguard vs direct: read ×1 ")
+    assert "; write ×2 " in lines[-3]
+    assert lines[-2].startswith("perf proxy: read ×1 median overhead vs direct: shadowguard ")
+    assert lines[-1].startswith("perf proxy: read ×2 median overhead vs direct: shadowguard ")
+
+
+def test_cli_proxy_measures_installed_peers_and_names_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    peers = (
+        perf.Peer("stand-in", None, None, perf.LEGACY, FAKE_NOTES, how="a notes server of its own"),
+        perf.Peer("no-start", None, None, perf.MODERN, 'raise SystemExit("stand-in: refusing to start")\n'),
+        perf.Peer("no-install", str(tmp_path / "no-such-package"), "no-such-package", perf.MODERN, ""),
+    )
+    monkeypatch.setattr(perf, "PEERS", peers)
+    _mount_benchmark()
+    args = ["bench", "perf", "--proxy", "--clients", "1", "--calls", "2", "--round-trips"]
+    args += ["--peers-dir", str(tmp_path / "peers"), "--require-peers"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1, result.output  # --require-peers: two peers were not measured
+    reads = [(c[0], c[3], c[4]) for c in _cells(result.output) if c[1] == "read"]
+    assert reads == [
+        ("direct", "2", "0"),
+        ("shadowguard", "2", "0"),
+        ("shadowguard, no piggyback", "2", "0"),
+        ("direct (legacy)", "2", "0"),
+        ("stand-in local (legacy)", "2", "0"),
+    ]
+    text = " ".join(result.output.split())
+    assert "peer stand-in local: a notes server of its own." in text
+    assert "peer no-start: not measured: no-start exited 1" in text
+    assert "stand-in: refusing to start" in text
+    assert f"peer no-install: not measured: pip install {tmp_path / 'no-such-package'} failed: ERROR" in text
+    assert "error: not measured: no-start, no-install (--require-peers)" in text
+    assert "stand-in local (legacy) +" in text or "stand-in local (legacy) -" in text
+
+
+def test_a_peer_environment_is_reused_when_it_holds_the_pinned_requirement(tmp_path: Path) -> None:
+    peer = perf.Peer("pinned", "pinned==1.*", "pinned", perf.MODERN, "")
+    venv = tmp_path / "pinned"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    (venv / perf.PEER_MARKER).write_text(json.dumps({"requirement": "pinned==1.*", "version": "1.2"}))
+    assert perf.install_peer(peer, tmp_path) == (venv / "bin" / "python", "1.2")
+    missing = str(tmp_path / "pinned-2")  # a local path: pip fails at once, without the index
+    other = perf.Peer("pinned", missing, "pinned", perf.MODERN, "")
+    with pytest.raises(perf.PeerUnavailable, match=f"pip install {missing} failed: ERROR"):
+        perf.install_peer(other, tmp_path, timeout=60)
+    assert not (venv / perf.PEER_MARKER).exists()  # the stale environment was replaced, not reused

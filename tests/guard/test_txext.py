@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 import anyio.from_thread
@@ -40,6 +40,8 @@ from guard.sql_backend import SqlBackend
 from guard.txext import (
     BEGIN,
     EXTENSION,
+    FEATURES,
+    OPS_META_KEY,
     QUERY_REFUSED,
     TX_META_KEY,
     TX_STATE,
@@ -167,9 +169,9 @@ def raw_tx(client: Client, method: str, tx: str, **fields: Any) -> Any:
 # -- through GuardSession -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", ["legacy", "auto"])
+@pytest.mark.parametrize(("mode", "piggyback"), [("legacy", True), ("auto", True), ("auto", False)])
 async def test_guard_session_over_the_extension(
-    mode: str, bench: BenchData, database: Database, ref: Reference
+    mode: str, piggyback: bool, bench: BenchData, database: Database, ref: Reference
 ) -> None:
     async with serve(bench, database, mode) as client:
         assert advertises(client.server_capabilities)
@@ -181,9 +183,10 @@ async def test_guard_session_over_the_extension(
             return hashed
 
         def scenario() -> None:
-            remote = RemoteBackend(client.session, timeout=60)
+            remote = RemoteBackend(client.session, timeout=60, piggyback=piggyback)
             session = GuardSession(remote, remote.executor(is_error=is_error_text), tools)
             assert remote.tx is not None
+            assert remote.piggybacking is piggyback
             start = remote.savepoint()
             outcomes = [session.call(tool, args) for tool, args in ref.calls]
             assert [o.verdict for o in outcomes] == ref.verdicts
@@ -296,7 +299,7 @@ async def test_rollback_violations_and_refusals(
             assert state_hash() == ref.init_hash
 
             # re-initialising the environment ends an open transaction, and says so
-            gone = RemoteBackend(client.session)
+            gone = RemoteBackend(client.session, piggyback=False)
             gone.begin()
             gone.call_tool(write_tool, write_args)
             blocking(_init, client, ref.task)
@@ -305,6 +308,23 @@ async def test_rollback_violations_and_refusals(
             assert replaced.value.code == TX_UNKNOWN
             assert "replaced or closed" in str(replaced.value)
             assert state_hash() == ref.init_hash
+
+            # piggybacked, the savepoint fails with the request it rides on, with the same error,
+            # before the tool runs; the savepoint it kept from opening raises it again
+            late = RemoteBackend(client.session)
+            late.begin()
+            assert late.piggybacking
+            late.call_tool(write_tool, write_args)
+            blocking(_init, client, ref.task)
+            savepoint = late.savepoint()
+            with pytest.raises(TransactionError) as replaced_late:
+                late.call_tool(write_tool, write_args)
+            assert replaced_late.value.code == TX_UNKNOWN
+            assert str(replaced_late.value) == str(replaced.value).replace(str(gone.tx), str(late.tx))
+            assert state_hash() == ref.init_hash
+            with pytest.raises(TransactionError) as reused:
+                late.rollback_to(savepoint)
+            assert reused.value is replaced_late.value
 
         await anyio.to_thread.run_sync(scenario)
 
@@ -328,14 +348,17 @@ items = sa.Table(
 )
 
 
-def minimal_server(participate: bool) -> tuple[Server[Any], sa.Connection]:
+def minimal_server(
+    participate: bool, features: Collection[str] = FEATURES, seen: list[str] | None = None
+) -> tuple[Server[Any], sa.Connection]:
+    """A SQLite ``items`` server; ``features`` are the participant's, ``seen`` collects request methods."""
     engine = sa.create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
     connection = engine.connect()
     metadata.create_all(connection)
     connection.commit()
     backend = SqlBackend(connection, [items])
     access = serialized(backend)
-    tx = TransactionParticipant(session_key=lambda ctx: "main", access=access)
+    tx = TransactionParticipant(session_key=lambda ctx: "main", access=access, features=features)
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         schema = {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}}
@@ -355,9 +378,136 @@ def minimal_server(participate: bool) -> tuple[Server[Any], sa.Connection]:
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
     server: Server[Any] = Server("items", on_list_tools=list_tools, on_call_tool=call_tool)
+    if seen is not None:
+
+        async def record(ctx: Any, call_next: Any) -> Any:
+            seen.append(ctx.method)
+            return await call_next(ctx)
+
+        server.middleware.append(record)
     if participate:
         tx.install(server)
     return server, connection
+
+
+def _names(connection: sa.Connection) -> list[str]:
+    return list(connection.execute(sa.select(items.c.name).order_by(items.c.id)).scalars())
+
+
+@pytest.mark.parametrize(("mode", "features"), [("legacy", FEATURES), ("auto", FEATURES), ("auto", ())])
+async def test_piggyback_makes_a_guarded_call_one_round_trip(mode: str, features: tuple[str, ...]) -> None:
+    """With the feature, savepoint and release ride on the tools/call and the change set comes back
+    with its result; a participant without it (an older one) gets the same results, one round trip
+    per operation."""
+    seen: list[str] = []
+    server, connection = minimal_server(participate=True, features=features, seen=seen)
+    async with Client(server, mode=mode) as client:
+        caps = client.server_capabilities
+        entry = ((caps.extensions or {}) if mode == "auto" else (caps.experimental or {}))[EXTENSION]
+        assert entry.get("features", []) == list(features)
+        tools = await tool_info_map(client)
+
+        def scenario() -> list[ChangeSet]:
+            remote = RemoteBackend(client.session)
+            session = GuardSession(remote, remote.executor(), tools)
+            assert remote.piggybacking is bool(features)
+            seen.clear()
+            outcomes = [session.call("add_item", {"id": i, "name": f"item {i}"}) for i in (1, 2, 3)]
+            calls = list(seen)
+            assert all(o.verdict is Verdict.ALLOWED for o in outcomes)
+            if features:
+                assert calls == ["tools/call"] * 3
+            else:
+                per_call = ["shadowguard/tx/savepoint", "tools/call", "shadowguard/tx/changes"]
+                assert calls == per_call + ["shadowguard/tx/release", *per_call] * 2 + [
+                    "shadowguard/tx/release"
+                ]
+            assert session.commit().committed
+            return [o.changes for o in outcomes]
+
+        changes = await anyio.to_thread.run_sync(scenario)
+    assert [[(c.key, c.op, c.after) for c in cs] for cs in changes] == [
+        [(str(i), "insert", {"id": i, "name": f"item {i}"})] for i in (1, 2, 3)
+    ]
+    assert _names(connection) == ["item 1", "item 2", "item 3"]
+    connection.close()
+
+
+async def test_a_failed_piggybacked_operation_fails_the_request_it_rides_on() -> None:
+    """The same error as without piggybacking, raised by the next request; the tool does not run,
+    and a savepoint queued after the failed operation is never opened (using it raises the error)."""
+    server, connection = minimal_server(participate=True)
+    async with Client(server, mode="auto") as client:
+
+        def scenario() -> None:
+            plain = RemoteBackend(client.session, piggyback=False)
+            plain.begin()
+            with pytest.raises(TransactionError) as direct:
+                plain.release("p99")
+            plain.rollback()
+
+            remote = RemoteBackend(client.session)
+            remote.begin()
+            kept = remote.savepoint()
+            remote.call_tool("add_item", {"id": 1, "name": "kept"})
+            assert [c.key for c in remote.changes(kept)] == ["1"]
+            remote.release(kept)
+            remote.release("p99")  # queued: nothing is sent yet
+            after = remote.savepoint()
+            with pytest.raises(TransactionError) as piggybacked:
+                remote.call_tool("add_item", {"id": 2, "name": "never added"})
+            assert piggybacked.value.code == direct.value.code == TX_STATE
+            assert str(piggybacked.value) == str(direct.value)
+            for use in (lambda: remote.rollback_to(after), lambda: remote.changes(after)):
+                with pytest.raises(TransactionError) as again:
+                    use()
+                assert again.value is piggybacked.value
+            assert [(c.key, c.op) for c in remote.changes()] == [("1", "insert")]  # release of kept applied
+            assert remote.query("SELECT COUNT(*) AS n FROM items") == [{"n": 1}]
+            remote.commit()
+
+        await anyio.to_thread.run_sync(scenario)
+    assert _names(connection) == ["kept"]
+    connection.close()
+
+
+async def test_malformed_or_unwanted_piggybacked_operations_are_refused() -> None:
+    server, connection = minimal_server(participate=True)
+    old, old_connection = minimal_server(participate=True, features=())
+    async with Client(server, mode="auto") as client, Client(old, mode="auto") as old_client:
+
+        def scenario() -> None:
+            for target in (client, old_client):
+                remote = RemoteBackend(target.session)
+                remote.begin()
+                assert remote.piggybacking is (target is client)
+                assert remote.tx is not None
+                for ops in ([{"op": "drop", "savepoint": "x"}], [{"op": "savepoint"}], "savepoint"):
+                    meta = {TX_META_KEY: remote.tx, OPS_META_KEY: ops}
+                    with pytest.raises(MCPError) as refused:
+                        blocking(_call_with_meta, target, "add_item", {"id": 9, "name": "no"}, meta)
+                    assert refused.value.code == types.INVALID_PARAMS
+                remote.rollback()
+            with pytest.raises(MCPError) as before_begin:
+                meta = {TX_META_KEY: "t1", OPS_META_KEY: [{"op": "savepoint", "savepoint": "p1"}]}
+                blocking(_send_with_meta, client, BEGIN, meta)
+            assert before_begin.value.code == types.INVALID_PARAMS
+
+        await anyio.to_thread.run_sync(scenario)
+    assert _names(connection) == [] and _names(old_connection) == []
+    connection.close()
+    old_connection.close()
+
+
+async def _call_with_meta(
+    client: Client, tool: str, args: dict[str, Any], meta: dict[str, Any]
+) -> types.CallToolResult:
+    return await client.call_tool(tool, args, meta=cast(types.RequestParamsMeta, meta))
+
+
+async def _send_with_meta(client: Client, method: str, meta: dict[str, Any]) -> types.EmptyResult:
+    params = TxParams.model_validate({"_meta": meta})
+    return await client.session.send_request(TxRequest(method=method, params=params), types.EmptyResult)
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])

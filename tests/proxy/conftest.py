@@ -331,6 +331,7 @@ def http_proxy(proxy_tmp: Path, upstreams: Upstreams) -> Iterator[Process]:
         ],
         http={"host": "127.0.0.1", "port": 0, "max_body_bytes": MAX_BODY_BYTES},
         audit={"path": str(proxy_tmp / "audit.jsonl")},
+        approvals={"wait_s": 0},  # a held call answers approval_pending at once (test_approvals_flow waits)
     )
     process = Process(
         [SHADOWGUARD, "serve", "--config", str(config)],

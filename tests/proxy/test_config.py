@@ -103,8 +103,10 @@ def test_a_full_file_loads_and_relative_paths_resolve_against_its_folder(tmp_pat
     assert (config.telemetry.exporter, config.telemetry.service_name) == ("otlp", "guard-a")
 
 
-def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
-    assert ProxyConfig.load(write(tmp_path, "# nothing configured yet\n")) == ProxyConfig.load(None)
+def test_an_empty_file_is_the_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, "# nothing configured yet\n")
+    monkeypatch.chdir(path.parent)  # without a file, relative paths (the approval store) resolve here
+    assert ProxyConfig.load(path) == ProxyConfig.load(None)
 
 
 def test_the_sections_given_stay_known_after_paths_are_resolved(tmp_path: Path) -> None:
@@ -150,10 +152,14 @@ def test_environment_overrides_apply_without_a_file(monkeypatch: pytest.MonkeyPa
     assert config.audit.include_arguments is True
 
 
-def test_unrelated_shadowguard_variables_are_not_config(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unrelated_shadowguard_variables_are_not_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SHADOWGUARD_TEST_PG", "off")
     monkeypatch.setenv("SHADOWGUARD_BENCH_DATA", "/nowhere")
-    assert ProxyConfig.load(None) == ProxyConfig.model_validate({})
+    monkeypatch.chdir(tmp_path)
+    store = f"sqlite:///{tmp_path / 'shadowguard-approvals.db'}"
+    assert ProxyConfig.load(None) == ProxyConfig.model_validate({"approvals": {"store": store}})
 
 
 def test_a_bad_environment_value_names_the_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
