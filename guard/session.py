@@ -458,7 +458,6 @@ class GuardSession:
             violations=[violation],
             error_class=failure.error_class.value,
             hint=hint,
-            changes=approval.preview if approval is not None else ChangeSet(),
             approval_id=approval.id if approval is not None else None,
             approval_state=approval.state.value if approval is not None else None,
             approval_expires_at=approval.expires_at if approval is not None else None,

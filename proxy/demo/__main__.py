@@ -2,10 +2,13 @@
 
 Starts ``shadowguard serve --config proxy/demo/shadowguard.yaml`` in the background, waits until
 ``/readyz`` answers 200, runs :mod:`proxy.demo.client` against it, prints the audit log the run
-wrote, and stops the proxy. Each run starts from the seed accounts: the demo app's database and the
-audit log go to a fresh temporary folder, handed to the proxy through the config's environment
-overrides (``SHADOWGUARD_UPSTREAMS``, ``SHADOWGUARD_AUDIT__PATH``, ``SHADOWGUARD_HTTP__PORT``), so
-the config file itself stays what a person would run by hand.
+wrote, and stops the proxy. Each run starts from the seed accounts: the demo app's database, the
+audit log and the approval queue go to a fresh temporary folder, handed to the proxy through the
+config's environment overrides (``SHADOWGUARD_UPSTREAMS``, ``SHADOWGUARD_AUDIT__PATH``,
+``SHADOWGUARD_APPROVALS__STORE``, ``SHADOWGUARD_HTTP__PORT``), so the config file itself stays what a
+person would run by hand. The client plays the reviewer too, with a token made for this run only:
+the proxy is given its sha256 as the one approver (``SHADOWGUARD_AUTH__REVIEWERS``), the client the
+token itself; neither is written anywhere.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -22,6 +26,7 @@ from pathlib import Path
 
 import anyio
 
+from proxy.approvals.auth import hash_token
 from proxy.config import ConfigError, ProxyConfig
 from proxy.demo.client import NotReadyError, run, wait_ready
 from proxy.demo.server import create_engine, prepare_database
@@ -29,6 +34,7 @@ from proxy.demo.server import create_engine, prepare_database
 CONFIG = Path(__file__).with_name("shadowguard.yaml")
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
+REVIEWER = "demo-reviewer"
 
 
 def _serve_command(config: Path) -> list[str]:
@@ -45,8 +51,9 @@ def _free_port(host: str) -> int:
         return port
 
 
-def _environment(config: ProxyConfig, folder: Path, port: int) -> dict[str, str]:
-    """The overrides: the run's own demo database, the audit log, the port.
+def _environment(config: ProxyConfig, folder: Path, port: int, reviewer_token: str) -> dict[str, str]:
+    """The overrides: the run's own demo database, audit log and approval queue, the port, and the
+    run's reviewer (``reviewer_token``'s hash as the only approver; any configured reviewers are replaced).
 
     The database is seeded here, once: the proxy starts one app process per agent session, and
     each of them must find the state the others committed.
@@ -67,6 +74,10 @@ def _environment(config: ProxyConfig, folder: Path, port: int) -> dict[str, str]
         **os.environ,
         "SHADOWGUARD_UPSTREAMS": json.dumps(upstreams),
         "SHADOWGUARD_AUDIT__PATH": str(folder / "audit.jsonl"),
+        "SHADOWGUARD_APPROVALS__STORE": f"sqlite:///{folder / 'approvals.db'}",
+        "SHADOWGUARD_AUTH__REVIEWERS": json.dumps(
+            [{"name": REVIEWER, "role": "approver", "token_sha256": hash_token(reviewer_token)}]
+        ),
         "SHADOWGUARD_HTTP__PORT": str(port),
     }
 
@@ -89,13 +100,19 @@ def _audit_summary(path: Path) -> str:
     for r in records:
         if r["kind"] == "call":
             rules = ", ".join(v["rule"] for v in r["violations"])
-            what = f"{r['tool']:<15} {r['verdict']:<11} changes={r['changes']}" + (
-                f"  [{rules}]" if rules else ""
+            approval = f"  approval {r['approval_state']}" if r.get("approval_id") else ""
+            what = (
+                f"{r['tool']:<15} {r['verdict']:<11} changes={r['changes']}"
+                + (f"  [{rules}]" if rules else "")
+                + approval
             )
         elif r["kind"] == "commit":
             what = (
                 f"commit          {'committed' if r['committed'] else 'refused':<11} changes={r['changes']}"
             )
+        elif r["kind"] == "approval_decision":
+            decided = {"approve": "approved", "reject": "rejected"}.get(r["decision"], r["decision"])
+            what = f"{r['tool']:<15} {decided:<11} by {r['reviewer']}: {r['reason']!r}"
         else:
             what = f"rollback        {r['reason']:<11} changes={r['changes']}"
         lines.append(f"  {str(r['session'])[:22]:<22} {what}")
@@ -122,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         port = _free_port(config.http.host)
     host = f"[{config.http.host}]" if ":" in config.http.host else config.http.host
     url = f"http://{host}:{port}/mcp"
+    reviewer_token = secrets.token_urlsafe(32)
     with tempfile.TemporaryDirectory(prefix="shadowguard-demo-") as tmp:
         folder = Path(tmp)
         log = folder / "proxy.log"
@@ -132,13 +150,13 @@ def main(argv: list[str] | None = None) -> int:
                 stdin=subprocess.DEVNULL,
                 stdout=sink,
                 stderr=subprocess.STDOUT,
-                env=_environment(config, folder, port),
+                env=_environment(config, folder, port, reviewer_token),
             )
             status = 1
             try:
                 wait_ready(url, READY_TIMEOUT_S, alive=lambda: proxy.poll() is None)
                 print("demo: the proxy is ready")
-                status = anyio.run(lambda: run(url, mode=options.mode))
+                status = anyio.run(lambda: run(url, reviewer_token=reviewer_token, mode=options.mode))
             except NotReadyError as exc:
                 print(f"demo: {exc}", file=sys.stderr)
             finally:

@@ -375,7 +375,11 @@ class AccountsServer:
         if session is None:
             if len(self._sessions) >= self.max_sessions:
                 self._evict_idle()
-            session = self._sessions[key] = _Session(SqlBackend(self.engine.connect(), TABLES))
+            # created_at is a wall-clock stamp: bookkeeping, left out of row images so that an approved
+            # transfer run minutes after its rehearsal still matches the preview the reviewer saw.
+            session = self._sessions[key] = _Session(
+                SqlBackend(self.engine.connect(), TABLES, hidden={"created_at"})
+            )
         return session
 
     def _evict_idle(self) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import secrets
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -16,16 +18,19 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
+import httpx2
 import mcp.types as types
 import pytest
 import sqlalchemy as sa
 from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.stdio import stdio_client
 
 from guard.effects import ToolInfo, classify
 from guard.models import EffectClass, Verdict
 from guard.policy import load_policy
 from guard.session import GuardSession
 from guard.txext import TX_META_KEY, TX_UNKNOWN, RemoteBackend, advertises
+from proxy.approvals.auth import hash_token
 from proxy.config import ProxyConfig
 from proxy.demo.server import SESSION_META_KEY, accounts, create_engine, metadata, prepare_database
 
@@ -328,10 +333,21 @@ def _shadowguard(*args: str) -> list[str]:
     return [sys.executable, "-c", "from proxy.cli import main; main()", *args]
 
 
-def test_make_demo_runs_the_story_through_the_proxy() -> None:
-    """What ``make demo`` runs: proxy up, scripted agent over HTTP, proxy down; 0 = verdicts as expected."""
+def _files(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*") if "__pycache__" not in p.parts}
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_make_demo_runs_the_story_through_the_proxy(mode: str) -> None:
+    """What ``make demo`` runs: proxy up, scripted agent over HTTP, proxy down; 0 = verdicts as expected.
+
+    The large transfer is held, approved through the REST API by the run's own reviewer, run once
+    when sent again, and committed; the second one is rejected and the agent gets the reason.
+    """
+    demo_folder = ROOT / "proxy" / "demo"
+    before = _files(demo_folder)
     run = subprocess.run(
-        [sys.executable, "-m", "proxy.demo", "--port", "0"],
+        [sys.executable, "-m", "proxy.demo", "--port", "0", "--mode", mode],
         capture_output=True,
         text=True,
         timeout=240,
@@ -340,40 +356,112 @@ def test_make_demo_runs_the_story_through_the_proxy() -> None:
     )
     assert run.returncode == 0, run.stdout + run.stderr
     out = run.stdout
+    assert ("(protocol 2026-07-28)" in out) == (mode == "auto")
     assert "guard -> rolled_back" in out and "[rule example.no_overdraft]" in out
     assert "guard -> refused" in out and "[rule example.frozen_accounts]" in out
-    assert "guard -> committed" in out
+
+    held = re.findall(r"guard -> held \(approval (apr_[\w-]+): pending\)", out)
+    assert len(held) == 2, out
+    approved, rejected = held
+    assert "[rule example.large_transfers]" in out and "nothing was changed" in out
+    assert f"reviewer -> POST /api/approvals/{approved}/approve" in out
+    assert "update accounts  acc-alice  balance  1225.00 ->    25.00" in out  # the preview, as reviewed
+    assert f"shadowguard approvals approve {approved} --reason" in out
+    assert out.count(f"guard -> allowed (approval {approved}: used)") == 1
+    assert "transfer #2: 1200.00 EUR acc-alice -> acc-bob; balances now 25.00 / 1535.00" in out
+    assert f"reviewer -> POST /api/approvals/{rejected}/reject" in out
+    assert f"guard -> refused (approval {rejected}: rejected)" in out
+    assert "rejected by demo-reviewer: no reversal without a signed request from the customer" in out
+
+    assert "guard -> committed" in out and "Committed: 4 row change(s)" in out
     assert "demo: every verdict as the policy pack says" in out
-    assert "acc-alice  Alice Martin  Household    active    1225.00 EUR" in out
-    assert "audit log of this run (10 JSON lines" in out
+    assert "acc-alice  Alice Martin  Household    active      25.00 EUR" in out
+    assert "acc-bob    Bob Chen      Savings      active    1535.00 EUR" in out
+    assert "audit log of this run (16 JSON lines" in out
+    audit = out[out.index("audit log of this run") :]
+    assert len(re.findall(r"transfer_funds  allowed .* approval used", audit)) == 1
+    assert "transfer_funds  approved    by demo-reviewer" in audit
+    assert "transfer_funds  rejected    by demo-reviewer" in audit
+    assert (
+        _files(demo_folder) == before
+    )  # the queue, the audit log and the app's database went to a temp folder
 
 
-async def test_the_demo_config_over_stdio_as_a_desktop_client_runs_it(db: Path) -> None:
+def _side_url(errlog: Path) -> str:
+    """The HTTP side port's base URL, from the line ``shadowguard serve --stdio`` prints on stderr."""
+    found = re.search(r"listening on (http://\S+)/mcp", errlog.read_text(encoding="utf-8"))
+    assert found is not None, errlog.read_text(encoding="utf-8")
+    return found.group(1)
+
+
+async def test_the_demo_config_over_stdio_as_a_desktop_client_runs_it(db: Path, tmp_path: Path) -> None:
     """The Claude Desktop / Cursor path: ``shadowguard serve --stdio --config proxy/demo/shadowguard.yaml``
-    (the HTTP side port on any free port, the app's database in the test's folder)."""
+    (the HTTP side port on any free port, the app's database and the approval queue in the test's
+    folder, one reviewer whose token only the test knows). A large transfer is held (the demo config
+    answers at once), the commit is refused while it is pending, a reviewer approves it on the side
+    port's REST API, and the same call sent again runs (once: the balances) and is committed."""
     engine = create_engine(db)
     prepare_database(engine, reset=True)
     engine.dispose()
     config = ProxyConfig.load(DEMO_CONFIG)
     [upstream] = config.upstreams
     override = [{**upstream.model_dump(mode="json"), "args": [*upstream.args, "--db", str(db)]}]
-    env = {**os.environ, "SHADOWGUARD_UPSTREAMS": json.dumps(override), "SHADOWGUARD_HTTP__PORT": "0"}
+    token = secrets.token_urlsafe(32)
+    reviewers = [{"name": "teller-2", "role": "approver", "token_sha256": hash_token(token)}]
+    env = {
+        **os.environ,
+        "SHADOWGUARD_UPSTREAMS": json.dumps(override),
+        "SHADOWGUARD_HTTP__PORT": "0",
+        "SHADOWGUARD_APPROVALS__STORE": f"sqlite:///{tmp_path / 'approvals.db'}",
+        "SHADOWGUARD_AUTH__REVIEWERS": json.dumps(reviewers),
+    }
     command = _shadowguard("serve", "--stdio", "--config", str(DEMO_CONFIG))
     params = StdioServerParameters(command=command[0], args=command[1:], env=env)
-    async with Client(params, mode="legacy", cache=None, read_timeout_seconds=60) as client:
-        names = [t.name for t in (await client.list_tools()).tools]
-        assert names[:3] == ["list_accounts", "rename_account", "transfer_funds"] and "commit" in names
-        moved = await client.call_tool(
-            "transfer_funds",
-            {"from_account": "acc-bob", "to_account": "acc-alice", "amount": 10, "memo": "x"},
-        )
-        assert not moved.is_error, text(moved)
-        assert balances(db)["acc-bob"] == "310.00"  # still in the shadow transaction
-        overdraft = await client.call_tool(
-            "transfer_funds",
-            {"from_account": "acc-bob", "to_account": "acc-alice", "amount": 900, "memo": "x"},
-        )
-        assert overdraft.is_error and "example.no_overdraft" in text(overdraft)
-        committed = await client.call_tool("commit", {})
-        assert not committed.is_error, text(committed)
-    assert balances(db) == {"acc-alice": "1260.00", "acc-bob": "300.00", "acc-carol": "80.00"}
+    errlog = tmp_path / "stderr.txt"
+    large = {"from_account": "acc-alice", "to_account": "acc-bob", "amount": 1200, "memo": "car"}
+    with errlog.open("w", encoding="utf-8") as sink:
+        async with Client(
+            stdio_client(params, errlog=sink), mode="legacy", cache=None, read_timeout_seconds=60
+        ) as client:
+            names = [t.name for t in (await client.list_tools()).tools]
+            assert names[:3] == ["list_accounts", "rename_account", "transfer_funds"] and "commit" in names
+            moved = await client.call_tool(
+                "transfer_funds",
+                {"from_account": "acc-bob", "to_account": "acc-alice", "amount": 10, "memo": "x"},
+            )
+            assert not moved.is_error, text(moved)
+            assert balances(db)["acc-bob"] == "310.00"  # still in the shadow transaction
+            overdraft = await client.call_tool(
+                "transfer_funds",
+                {"from_account": "acc-bob", "to_account": "acc-alice", "amount": 900, "memo": "x"},
+            )
+            assert overdraft.is_error and "example.no_overdraft" in text(overdraft)
+
+            held = await client.call_tool("transfer_funds", large)
+            assert held.is_error and held.structured_content is not None, text(held)
+            assert held.structured_content["verdict"] == "held"
+            assert held.structured_content["error_class"] == "approval_pending"
+            approval_id = held.structured_content["approval_id"]
+            pending_commit = await client.call_tool("commit", {})
+            assert pending_commit.is_error and approval_id in text(pending_commit)
+            assert balances(db)["acc-alice"] == "1250.00"
+
+            auth = {"Authorization": f"Bearer {token}"}
+            async with httpx2.AsyncClient(base_url=_side_url(errlog), headers=auth, timeout=30) as http:
+                queue = (await http.get("/api/approvals", params={"state": "pending"})).json()
+                assert [a["id"] for a in queue["items"]] == [approval_id]
+                preview = queue["items"][0]["preview"]["changes"]
+                assert {(c["table"], c["key"], c["op"]) for c in preview} >= {
+                    ("accounts", "acc-alice", "update"),
+                    ("accounts", "acc-bob", "update"),
+                }
+                decided = await http.post(f"/api/approvals/{approval_id}/approve", json={"reason": "agreed"})
+                assert decided.status_code == 200, decided.text
+                assert decided.json()["decided_by"] == "teller-2"
+
+            done = await client.call_tool("transfer_funds", large)
+            assert not done.is_error, text(done)
+            assert (done.meta or {})["shadowguard/outcome"]["approval_state"] == "used"
+            committed = await client.call_tool("commit", {})
+            assert not committed.is_error, text(committed)
+    assert balances(db) == {"acc-alice": "60.00", "acc-bob": "1500.00", "acc-carol": "80.00"}
