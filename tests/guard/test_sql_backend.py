@@ -9,6 +9,7 @@ the model, ``changes()`` netted equals the model's difference from the initial s
 from __future__ import annotations
 
 import os
+import sqlite3
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -63,8 +64,20 @@ def key_of(table: str, row: Row) -> str:
 # -- strategies -------------------------------------------------------------------------------------
 texts = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=8)
 floats = st.floats(allow_nan=False, allow_infinity=False)
+_SQLITE = sqlite3.connect(":memory:", check_same_thread=False)
+
+
+def _sqlite_parses_exactly(value: float) -> bool:
+    """A JSON column holding a bare number is stored as REAL: SQLite parses the JSON text itself, and its
+    text-to-double conversion is not correctly rounded (about 1 value in 300 is 1 ulp off, far more near
+    the ends of the range). That is the database's doing, before any trigger runs, so such values are
+    left out of the model rather than expected to survive."""
+    stored = _SQLITE.execute("SELECT CAST(? AS REAL)", (repr(value),)).fetchone()[0]
+    return bool(stored == value)
+
+
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | floats | texts,
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | floats.filter(_sqlite_parses_exactly) | texts,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
     max_leaves=6,
 )
