@@ -8,6 +8,9 @@ orchestrators, and the routers other parts contribute (``/healthz``, ``/readyz``
 * ``POST /api/sessions/{id}/rollback`` -> ``{"session", "rolled_back", "changes", "not_reversed"}``
 * ``GET /api/sessions`` and ``GET /api/sessions/{id}`` -> the open sessions' status
 
+With ``auth.agents`` or ``auth.orchestrators`` configured these need a bearer token: an orchestrator's
+(every session) or an agent's (its own sessions; another's is 404). Without either they are open.
+
 ``{id}`` is the guard session id (docs/proxy.md): the ``_meta["shadowguard/session"]`` value, the
 ``Mcp-Session-Id``, ``principal:<name>``, or the stdio session's id; every tool result names it in
 ``_meta["shadowguard/outcome"].session``. A handshake-era client that ends its HTTP session
@@ -22,11 +25,12 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from typing import Annotated, Any
 
 import anyio
 import uvicorn
 from anyio.abc import TaskStatus
-from fastapi import APIRouter, FastAPI, HTTPException
+from fastapi import APIRouter, Depends, FastAPI
 from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.routing import Route
@@ -35,8 +39,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from guard.approvals.stores import open_approval_store
 from guard.models import CommitOutcome, ToolOutcome
 from proxy import telemetry
-from proxy.approvals.api import approvals_router
-from proxy.approvals.auth import AgentAuth
+from proxy.approvals.api import ApiError, ApprovalsRoute, ErrorBody, approvals_router
+from proxy.approvals.auth import AgentAuth, SessionsCaller, api_sessions_caller
 from proxy.approvals.review import review_router
 from proxy.approvals.webhook import WebhookNotifier
 from proxy.audit import AuditLog
@@ -145,29 +149,68 @@ async def serving(proxy: GuardProxy, recorder: Recorder, config: ProxyConfig) ->
         telemetry.shutdown_telemetry()
 
 
-def sessions_router(proxy: GuardProxy) -> APIRouter:
-    """``/api/sessions``: commit, roll back and inspect guard sessions (for orchestrators)."""
-    router = APIRouter(prefix="/api/sessions", tags=["sessions"])
+_Caller = Annotated[SessionsCaller, Depends(api_sessions_caller)]
+_SESSION_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "No token, or one that is no orchestrator's or agent's"},
+    403: {"model": ErrorBody, "description": "A reviewer's token"},
+}
+_NO_SESSION: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "No open session with this id that the caller may see"},
+}
 
-    def find(session_id: str) -> ProxySession:
+
+@asynccontextmanager
+async def _warn_if_sessions_open(app: FastAPI) -> AsyncIterator[None]:
+    """At startup: a config that sets up reviewers but leaves /api/sessions open likely forgot it."""
+    config: ProxyConfig = app.state.config
+    if config.auth.reviewers and config.auth.sessions_api_open:
+        logger.warning(
+            "auth.reviewers is set but auth.agents and auth.orchestrators are empty, so /api/sessions "
+            "takes no token: anyone who reaches this port can commit or roll back any session. "
+            "Configure auth.orchestrators (docs/proxy.md, 'Commit and rollback')."
+        )
+    yield
+
+
+def sessions_router(proxy: GuardProxy) -> APIRouter:
+    """``/api/sessions``: commit, roll back and inspect guard sessions (for orchestrators).
+
+    Who may do what is :func:`proxy.approvals.auth.sessions_caller`: with ``auth.agents`` or
+    ``auth.orchestrators`` configured an orchestrator acts on every session and an agent on its own
+    only (another's is 404, exactly as an unknown id, and the list leaves it out); with neither, the
+    API is open. Refusals have the approvals API's body ``{"error": {"code", "message"}}``.
+    """
+    router = APIRouter(
+        prefix="/api/sessions",
+        tags=["sessions"],
+        route_class=ApprovalsRoute,
+        lifespan=_warn_if_sessions_open,
+        responses=_SESSION_ERRORS,
+    )
+
+    def find(session_id: str, caller: SessionsCaller) -> ProxySession:
         session = proxy.sessions.get(session_id)
-        if session is None:
+        if session is not None and caller.may_act_on(session.principal):
+            return session
+        why = ""
+        if session is None and caller.role != "agent":
+            # An ended session's principal is not kept: an agent is told no more than "not open".
             ended = proxy.sessions.ended(session_id)
             why = f": it was rolled back and closed ({ended})" if ended is not None else ""
-            raise HTTPException(status_code=404, detail=f"no open session {session_id!r}{why}")
-        return session
+        raise ApiError(404, "not_found", f"no open session {session_id!r}{why}")
 
     @router.get("")
-    async def list_sessions() -> JSONResponse:
-        return JSONResponse({"sessions": [s.describe() for s in proxy.sessions]})
+    async def list_sessions(caller: _Caller) -> JSONResponse:
+        visible = [s.describe() for s in proxy.sessions if caller.may_act_on(s.principal)]
+        return JSONResponse({"sessions": visible})
 
-    @router.get("/{session_id}")
-    async def get_session(session_id: str) -> JSONResponse:
-        return JSONResponse(find(session_id).describe())
+    @router.get("/{session_id}", responses=_NO_SESSION)
+    async def get_session(session_id: str, caller: _Caller) -> JSONResponse:
+        return JSONResponse(find(session_id, caller).describe())
 
-    @router.post("/{session_id}/commit")
-    async def commit(session_id: str) -> JSONResponse:
-        session = find(session_id)
+    @router.post("/{session_id}/commit", responses=_NO_SESSION)
+    async def commit(session_id: str, caller: _Caller) -> JSONResponse:
+        session = find(session_id, caller)
         with telemetry.span("shadowguard.commit", session=session_id, via="api"):
             outcome = await session.commit()
         return JSONResponse(
@@ -179,9 +222,9 @@ def sessions_router(proxy: GuardProxy) -> APIRouter:
             }
         )
 
-    @router.post("/{session_id}/rollback")
-    async def rollback(session_id: str) -> JSONResponse:
-        outcome = await find(session_id).rollback("api")
+    @router.post("/{session_id}/rollback", responses=_NO_SESSION)
+    async def rollback(session_id: str, caller: _Caller) -> JSONResponse:
+        outcome = await find(session_id, caller).rollback("api")
         return JSONResponse(
             {
                 "session": session_id,

@@ -177,6 +177,7 @@ class TokenRole(StrEnum):
     VIEWER = "viewer"
     APPROVER = "approver"
     AGENT = "agent"
+    ORCHESTRATOR = "orchestrator"
 
 
 IdArgument = Annotated[
@@ -382,7 +383,9 @@ def approvals_token(
     role: Annotated[
         TokenRole,
         typer.Option(
-            "--role", help="viewer or approver (a reviewer), or agent (for /mcp).", show_default=False
+            "--role",
+            help="viewer or approver (a reviewer), agent (for /mcp), or orchestrator (for /api/sessions).",
+            show_default=False,
         ),
     ],
 ) -> None:
@@ -397,10 +400,11 @@ def approvals_token(
         raise typer.BadParameter("must be 1 to 128 characters", param_hint="--name")
     token = secrets.token_urlsafe(32)
     entry: dict[str, str] = {"name": name}
-    if role is not TokenRole.AGENT:
+    if role in (TokenRole.VIEWER, TokenRole.APPROVER):
         entry["role"] = role.value
     entry["token_sha256"] = hash_token(token)
-    section = "agents" if role is TokenRole.AGENT else "reviewers"
+    sections = {TokenRole.AGENT: "agents", TokenRole.ORCHESTRATOR: "orchestrators"}
+    section = sections.get(role, "reviewers")
     snippet = yaml.safe_dump({"auth": {section: [entry]}}, sort_keys=False).rstrip()
     typer.echo(f"token (shown once, keep it secret): {token}")
     typer.echo(f"add to the proxy config (merge into auth.{section} if it exists):")

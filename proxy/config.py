@@ -162,31 +162,67 @@ class AgentConfig(_Section):
     token_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 
+class OrchestratorConfig(_Section):
+    """Whoever runs the agents (DESIGN §6): may list, inspect, commit and roll back any session."""
+
+    name: str = Field(min_length=1, max_length=128)
+    token_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
 class AuthConfig(_Section):
-    """Bearer tokens. Agents authenticate on /mcp; reviewers on /api/approvals and /review. The two sets
-    never overlap (validated), so an agent credential can never approve."""
+    """Bearer tokens. Agents authenticate on /mcp (and may act on their own sessions on /api/sessions);
+    orchestrators on /api/sessions (any session); reviewers on /api/approvals and /review. The three
+    token sets never overlap (validated): an agent credential can never approve, and a reviewer's can
+    never commit."""
 
     agents: list[AgentConfig] = Field(default_factory=list)
     """Empty: /mcp is open (the embedded default for a local sidecar)."""
     reviewers: list[ReviewerConfig] = Field(default_factory=list)
     """Empty: the approvals API and the reviewer page refuse every request (403)."""
+    orchestrators: list[OrchestratorConfig] = Field(default_factory=list)
+    """With this and ``agents`` both empty, /api/sessions is open (the embedded default for a local
+    sidecar); otherwise it needs an orchestrator's or an agent's token."""
+
+    @property
+    def sessions_api_open(self) -> bool:
+        """True when /api/sessions takes no token (no agents and no orchestrators are configured)."""
+        return not self.agents and not self.orchestrators
 
     @model_validator(mode="after")
     def _distinct_credentials(self) -> Self:
-        for kind, entries in (("agents", self.agents), ("reviewers", self.reviewers)):
+        lists: tuple[tuple[str, Sequence[AgentConfig | ReviewerConfig | OrchestratorConfig]], ...] = (
+            ("agents", self.agents),
+            ("reviewers", self.reviewers),
+            ("orchestrators", self.orchestrators),
+        )
+        for kind, entries in lists:
             names = [e.name for e in entries]
             twice = sorted({n for n in names if names.count(n) > 1})
             if twice:
                 raise ValueError(f"{kind}: name {twice[0]!r} is used twice; names must be unique")
-        hashes = [a.token_sha256 for a in self.agents] + [r.token_sha256 for r in self.reviewers]
-        if len(set(hashes)) != len(hashes):
-            agent = {a.token_sha256 for a in self.agents}
-            if any(r.token_sha256 in agent for r in self.reviewers):
-                raise ValueError(
-                    "an agent and a reviewer share a token: agent credentials must never be able to review"
-                )
-            raise ValueError("a token_sha256 appears twice: every agent and reviewer needs its own token")
-        return self
+        hashes = [e.token_sha256 for _, entries in lists for e in entries]
+        if len(set(hashes)) == len(hashes):
+            return self
+        agent = {a.token_sha256 for a in self.agents}
+        reviewer = {r.token_sha256 for r in self.reviewers}
+        orchestrator = {o.token_sha256 for o in self.orchestrators}
+        if agent & reviewer:
+            raise ValueError(
+                "an agent and a reviewer share a token: agent credentials must never be able to review"
+            )
+        if orchestrator & reviewer:
+            raise ValueError(
+                "an orchestrator and a reviewer share a token: whoever commits sessions must not also "
+                "decide approvals with the same credential"
+            )
+        if orchestrator & agent:
+            raise ValueError(
+                "an agent and an orchestrator share a token: an agent credential must never reach "
+                "other agents' sessions"
+            )
+        raise ValueError(
+            "a token_sha256 appears twice: every agent, reviewer and orchestrator needs its own token"
+        )
 
 
 class WebhookConfig(_Section):

@@ -1,14 +1,19 @@
-"""Who may call what: reviewer bearer tokens for the approvals API and page, agent tokens for ``/mcp``.
+"""Who may call what: reviewer bearer tokens for the approvals API and page, agent tokens for ``/mcp``,
+orchestrator and agent tokens for the sessions API (``/api/sessions``).
 
 Tokens are never stored: the config holds their sha256 (``shadowguard approvals token`` makes a pair)
-and a presented token is hashed and compared with every configured hash in constant time. Agent and
-reviewer token sets never overlap (the config refuses it), so an agent credential can never approve.
+and a presented token is hashed and compared with every configured hash in constant time. Agent,
+reviewer and orchestrator token sets never overlap (the config refuses it), so an agent credential can
+never approve, and a reviewer's can never commit.
 
 Errors a caller can rely on (:class:`AuthError`, an ``HTTPException`` carrying the contract's code)::
 
     401 unauthorized   no token, or a token that is no reviewer's (WWW-Authenticate: Bearer)
     403 forbidden      an agent's token; no reviewers configured; a viewer deciding; a reviewer
                        deciding a request made under their own name
+
+The sessions API (:func:`sessions_caller`) answers 401 for no token or an unknown one, and 403 for a
+reviewer's token; it is open to anyone when neither agents nor orchestrators are configured.
 
 The API accepts the ``Authorization`` header only; :func:`reviewer` (the reviewer page) also reads the
 ``REVIEW_COOKIE`` cookie. A cookie is sent by the browser on its own, so only the page, which guards its
@@ -32,7 +37,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from proxy.config import AgentConfig, AuthConfig, ProxyConfig
+from proxy.config import AgentConfig, AuthConfig, OrchestratorConfig, ProxyConfig
 
 REVIEW_COOKIE = "shadowguard_review"
 AGENT_SCOPE = "agent"
@@ -92,6 +97,12 @@ def authenticate_agent(token: str | None, auth: AuthConfig) -> AgentConfig | Non
     """The agent whose token this is, else None."""
     i = _index_of(token, (a.token_sha256 for a in auth.agents))
     return auth.agents[i] if i is not None else None
+
+
+def authenticate_orchestrator(token: str | None, auth: AuthConfig) -> OrchestratorConfig | None:
+    """The orchestrator whose token this is, else None."""
+    i = _index_of(token, (o.token_sha256 for o in auth.orchestrators))
+    return auth.orchestrators[i] if i is not None else None
 
 
 def is_agent_token(token: str | None, auth: AuthConfig) -> bool:
@@ -175,15 +186,88 @@ def check_not_own(who: Reviewer, principal: str | None) -> None:
         )
 
 
+class SessionsCaller(BaseModel):
+    """Who calls the sessions API, and so which sessions they may see and act on.
+
+    ``orchestrator``: every session. ``agent``: only sessions whose principal is its name (the
+    sessions it opened over ``/mcp`` with its token). ``open``: anyone, every session; the API takes
+    no token because neither ``auth.agents`` nor ``auth.orchestrators`` is configured.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str | None
+    role: Literal["orchestrator", "agent", "open"]
+
+    def may_act_on(self, principal: str | None) -> bool:
+        """Whether a session run under ``principal`` is this caller's to see, commit or roll back."""
+        return self.role != "agent" or principal == self.name
+
+
+OPEN_SESSIONS = SessionsCaller(name=None, role="open")
+
+
+def sessions_caller(token: str | None, auth: AuthConfig) -> SessionsCaller:
+    """The sessions API's caller a token names, or :class:`AuthError`.
+
+    Open (no agents, no orchestrators configured): anyone, whatever the token. Otherwise 401 for no
+    token or an unknown one, 403 for a reviewer's (reviewers decide approvals; they do not commit or
+    roll back sessions).
+    """
+    if auth.sessions_api_open:
+        return OPEN_SESSIONS
+    if token is None:
+        raise AuthError(
+            401,
+            "unauthorized",
+            "a token is required on /api/sessions: Authorization: Bearer <orchestrator or agent token>",
+        )
+    orchestrator = authenticate_orchestrator(token, auth)
+    agent = authenticate_agent(token, auth)
+    reviewer = authenticate_reviewer(token, auth)
+    if orchestrator is not None:
+        return SessionsCaller(name=orchestrator.name, role="orchestrator")
+    if agent is not None:
+        return SessionsCaller(name=agent.name, role="agent")
+    if reviewer is not None:
+        raise AuthError(
+            403,
+            "forbidden",
+            "a reviewer's token cannot use the sessions API: reviewers decide approvals, "
+            "they do not commit or roll back sessions",
+        )
+    raise AuthError(401, "unauthorized", "unknown token: it is no orchestrator's or agent's")
+
+
+_sessions_bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="sessionsToken",
+    description=(
+        "An orchestrator's token (config auth.orchestrators: every session) or an agent's (auth.agents: "
+        "its own sessions); not needed when neither is configured. Reviewer tokens are refused."
+    ),
+)
+
+
+def api_sessions_caller(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_sessions_bearer)]
+) -> SessionsCaller:
+    """FastAPI dependency for ``/api/sessions``: the caller from the Bearer header (see
+    :func:`sessions_caller`)."""
+    token = credentials.credentials.strip() if credentials is not None else ""
+    return sessions_caller(token or None, _auth(request))
+
+
 class AgentAuth:
     """ASGI middleware: ``/mcp`` needs an agent's ``Authorization: Bearer`` token.
 
     On success the request runs as the agent: ``scope["user"]`` is the MCP SDK's ``AuthenticatedUser``
     whose ``client_id`` is the agent's name, so :func:`proxy.server.principal_of` returns that name and
     the SDK binds each ``Mcp-Session-Id`` to the agent that opened it (another agent gets 404).
-    Anything else (no token, a reviewer's token, an unknown one) gets 401 with ``WWW-Authenticate``
-    and the contract's error body. Other paths pass through untouched; a websocket on ``/mcp`` is
-    closed (MCP has no websocket transport here). Install it only when ``auth.agents`` is non-empty.
+    Anything else (no token, a reviewer's or an orchestrator's token, an unknown one) gets 401 with
+    ``WWW-Authenticate`` and the contract's error body. Other paths pass through untouched; a websocket
+    on ``/mcp`` is closed (MCP has no websocket transport here). Install it only when ``auth.agents``
+    is non-empty.
     """
 
     def __init__(self, app: ASGIApp, auth: AuthConfig, *, path: str = "/mcp") -> None:
@@ -211,6 +295,8 @@ class AgentAuth:
                 message = "an agent token is required on /mcp: Authorization: Bearer <token>"
             elif authenticate_reviewer(token, self.auth) is not None:
                 message = "a reviewer's token cannot call tools: reviewers are not agents"
+            elif authenticate_orchestrator(token, self.auth) is not None:
+                message = "an orchestrator's token cannot call tools: use an agent's token on /mcp"
             else:
                 message = "unknown agent token"
             response = JSONResponse(
@@ -228,14 +314,18 @@ class AgentAuth:
 
 __all__ = [
     "AGENT_SCOPE",
+    "OPEN_SESSIONS",
     "REVIEW_COOKIE",
     "AgentAuth",
     "AuthError",
     "Reviewer",
+    "SessionsCaller",
     "api_approver",
     "api_reviewer",
+    "api_sessions_caller",
     "approver",
     "authenticate_agent",
+    "authenticate_orchestrator",
     "authenticate_reviewer",
     "bearer_token",
     "check_not_own",
@@ -244,4 +334,5 @@ __all__ = [
     "require_approver",
     "reviewer",
     "reviewer_for",
+    "sessions_caller",
 ]

@@ -190,7 +190,7 @@ async def test_notes_session_read_write_violations_commit_and_rollback(
         assert [r["reason"] for r in closed] == ["agent", "closed"]
         async with httpx2.AsyncClient(base_url=http_proxy.base) as http:
             gone = await http.get(f"/api/sessions/{session}")
-        assert gone.status_code == 404 and "closed" in gone.json()["detail"]
+        assert gone.status_code == 404 and "closed" in gone.json()["error"]["message"]
 
 
 @pytest.mark.parametrize("mode", ERAS)
