@@ -119,6 +119,7 @@ def _held_calls(config: ProxyConfig, review_url: str | None) -> HeldCalls:
         wait_s=settings.wait_s,
         poll_s=settings.poll_s,
         notifier=notifier,
+        sweep_every_s=settings.sweep_s,
     )
 
 

@@ -147,6 +147,9 @@ class ApprovalsConfig(_Section):
     (0: return at once). A decision that comes later is picked up when the agent sends the call again."""
     poll_s: float = Field(default=0.25, gt=0)
     """How often a waiting call looks at the store (a decision may be taken on another replica)."""
+    sweep_s: float = Field(default=30.0, gt=0)
+    """How often pending requests past their expiry are marked expired and the queue is counted for the
+    ``shadowguard_approvals_pending`` gauge (reads expire requests on the spot too)."""
 
 
 class ReviewerConfig(_Section):

@@ -11,7 +11,9 @@ module is what the proxy adds around it:
   store is shared, so a decision taken through another replica releases the call too;
 * what a session's end does to its pending requests (cancelled, with the reason), and the
   refusal of a commit while some are pending;
-* notifications of new requests (the webhook) and the background expiry sweep.
+* notifications of new requests (the webhook) and the background expiry sweep;
+* the approval metrics and the ``shadowguard.approval.wait`` span (:mod:`proxy.telemetry`; what each
+  counts: docs/approvals.md "Metrics and traces").
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Protocol
@@ -27,16 +30,21 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from guard.approvals.gate import ApprovalGate, policy_version
+from guard.approvals.gate import ApprovalGate, Resolution, policy_version
 from guard.approvals.models import (
     Approval,
     ApprovalConflict,
+    ApprovalEvent,
     ApprovalQuery,
     ApprovalState,
     ApprovalStore,
     ApprovalStoreError,
+    CheckResult,
     utcnow,
 )
+from guard.approvals.transitions import TransitionStore
+from guard.models import ChangeSet, EffectClass, PolicySource, ToolCall
+from proxy import telemetry
 from proxy.upstreams import Upstream
 
 logger = logging.getLogger(__name__)
@@ -46,6 +54,11 @@ APPROVAL_META_KEY = "shadowguard/approval"
 the same call again finds it too)."""
 
 SWEEP_EVERY_S = 30.0
+PAGE = 1000
+"""Pending requests read per query when the sweep counts the queue."""
+_TIMED_MAX = 4096
+"""How many decisions a replica remembers having timed, so that two calls waiting for one request
+observe its wait once."""
 
 CANCEL_REASONS = {
     "agent": "the agent rolled its session back before a decision",
@@ -73,7 +86,12 @@ class HeldCalls:
 
     ``wait_s``/``poll_s``: how long a held call waits for a decision and how often it looks.
     ``sweep_every_s``: how often pending requests past their expiry are marked expired (reads expire
-    them lazily too; the sweep makes the queue and the webhook-less reviewer see it).
+    them lazily too; the sweep makes the queue and the webhook-less reviewer see it) and the
+    ``shadowguard_approvals_pending`` gauge is refreshed.
+
+    ``store`` must report its transitions (a :class:`~guard.approvals.transitions.TransitionStore`,
+    as every store :func:`~guard.approvals.stores.open_approval_store` opens does): the requested,
+    expired and cancelled counts come from there, so each is counted once, by the replica that made it.
     """
 
     def __init__(
@@ -98,6 +116,20 @@ class HeldCalls:
         self.clock = clock
         self._versions: dict[str, str] = {}
         self._tasks: anyio.abc.TaskGroup | None = None
+        self._timed: OrderedDict[str, None] = OrderedDict()
+        if not isinstance(store, TransitionStore):
+            raise TypeError(
+                f"{type(store).__name__} does not report its transitions: held calls need an approval "
+                "store built on guard.approvals.transitions.TransitionStore (the metrics count them)"
+            )
+        store.add_listener(self._transition)
+
+    def _transition(self, event: ApprovalEvent, approval: Approval) -> None:
+        """The store's transitions this replica made (worker threads): counted here."""
+        if event.action == "requested":
+            telemetry.record_approval_requested(approval)
+        elif event.action in ("expired", "cancelled"):
+            telemetry.record_approval_finished(event.action)
 
     # -- the guard side
     def gate(self, upstream: Upstream) -> ApprovalGate:
@@ -105,7 +137,7 @@ class HeldCalls:
         version = self._versions.get(upstream.name)
         if version is None:
             version = self._versions[upstream.name] = policy_version(upstream.policy)
-        return ApprovalGate(
+        return CountedGate(
             self.store,
             policy_version=version,
             consumer=self.consumer,
@@ -117,13 +149,31 @@ class HeldCalls:
 
     # -- waiting
     async def wait(self, approval_id: str, deadline: float) -> Approval:
-        """The approval once it is no longer pending, or as it is when ``deadline`` (anyio time) passes."""
-        while True:
-            approval: Approval = await anyio.to_thread.run_sync(self.store.get, approval_id)
-            left = deadline - anyio.current_time()
-            if approval.state is not ApprovalState.PENDING or left <= 0:
-                return approval
-            await anyio.sleep(min(self.poll_s, left))
+        """The approval once it is no longer pending, or as it is when ``deadline`` (anyio time) passes.
+
+        Traced as ``shadowguard.approval.wait`` (the approval id, and the state the wait ended on as
+        ``outcome``: ``pending`` when the deadline passed first). A decision seen here is timed, once
+        per replica, in ``shadowguard_approval_wait_seconds``.
+        """
+        with telemetry.span("shadowguard.approval.wait", **{"shadowguard.approval.id": approval_id}) as span:
+            while True:
+                approval: Approval = await anyio.to_thread.run_sync(self.store.get, approval_id)
+                left = deadline - anyio.current_time()
+                if approval.state is not ApprovalState.PENDING or left <= 0:
+                    break
+                await anyio.sleep(min(self.poll_s, left))
+            span.set_attribute("shadowguard.approval.outcome", approval.state.value)
+            if approval.state in (ApprovalState.APPROVED, ApprovalState.REJECTED):
+                self._time_decision(approval)
+            return approval
+
+    def _time_decision(self, approval: Approval) -> None:
+        if approval.id in self._timed:
+            return
+        self._timed[approval.id] = None
+        if len(self._timed) > _TIMED_MAX:
+            self._timed.popitem(last=False)
+        telemetry.record_approval_wait(approval)
 
     # -- sessions
     def pending(self, session_id: str, principal: str | None) -> list[Approval]:
@@ -172,13 +222,15 @@ class HeldCalls:
             try:
                 task_status.started()
                 while True:
-                    await anyio.sleep(self.sweep_every_s)
                     await self.sweep()
+                    await anyio.sleep(self.sweep_every_s)
             finally:
                 self._tasks = None
 
     async def sweep(self) -> list[Approval]:
-        """Mark pending requests past their expiry expired; a store that cannot be reached is logged."""
+        """Mark pending requests past their expiry expired, then count the queue for the
+        ``shadowguard_approvals_pending`` gauge. A store that cannot be reached is logged, and the
+        gauge keeps the last count it had."""
         try:
             expired: list[Approval] = list(await anyio.to_thread.run_sync(self.store.expire_due))
         except ApprovalStoreError as exc:
@@ -186,7 +238,79 @@ class HeldCalls:
             return []
         if expired:
             logger.info("%d approval request(s) expired without a decision", len(expired))
+        try:
+            pending = await anyio.to_thread.run_sync(self.count_pending)
+        except ApprovalStoreError as exc:
+            logger.warning(
+                "could not count the pending approval requests (the gauge keeps its value): %s", exc
+            )
+        else:
+            telemetry.record_approvals_swept(pending)
         return expired
+
+    def count_pending(self) -> int:
+        """How many requests in the store await a decision (worker thread; reads them page by page)."""
+        count = 0
+        while True:
+            query = ApprovalQuery(states=[ApprovalState.PENDING], limit=PAGE, offset=count)
+            page = len(self.store.list(query))
+            count += page
+            if page < PAGE:
+                return count
 
     def close(self) -> None:
         self.store.close()
+
+
+class CountedGate(ApprovalGate):
+    """The gate :meth:`HeldCalls.gate` gives sessions: it tells, for
+    ``shadowguard_approvals_finished_total``, an approval whose call was executed (``used``) from one
+    whose call changed something other than what the reviewer saw and went back to review as a new
+    request (``returned_to_review``). Both consumed the approval in the store; only the call's end
+    tells them apart. The session takes the gate's new requests after every call
+    (:meth:`take_requested`), which is when a consumed approval not returned to review counts as used.
+    """
+
+    _running: Approval | None = None
+    """The approval the call being guarded runs under, until the call ends."""
+
+    def resolve(self, call: ToolCall, approval_id: str | None = None) -> Resolution:
+        self._settle()
+        resolution = super().resolve(call, approval_id)
+        if resolution.action == "run":
+            self._running = resolution.approval
+        return resolution
+
+    def request(
+        self,
+        call: ToolCall,
+        *,
+        effect: EffectClass,
+        rule_id: str,
+        rule_source: PolicySource | None,
+        preview: ChangeSet,
+        rehearsed: bool,
+        checks: Sequence[CheckResult] = (),
+    ) -> Approval:
+        approval = super().request(
+            call,
+            effect=effect,
+            rule_id=rule_id,
+            rule_source=rule_source,
+            preview=preview,
+            rehearsed=rehearsed,
+            checks=checks,
+        )
+        if self._running is not None:
+            self._running = None
+            telemetry.record_approval_finished("returned_to_review")
+        return approval
+
+    def take_requested(self) -> list[Approval]:
+        self._settle()
+        return super().take_requested()
+
+    def _settle(self) -> None:
+        if self._running is not None:
+            self._running = None
+            telemetry.record_approval_finished("used")

@@ -10,6 +10,18 @@ with the process and runtime collectors beside them:
 * ``shadowguard_rollbacks_total{reason}`` - sessions rolled back (``agent``, ``idle``, ``shutdown``, ...)
 * ``shadowguard_tool_call_duration_seconds{tool, effect}`` - time the guard spent on a call, checks included
 
+and the approval queue's (docs/approvals.md "Metrics and traces" says exactly what each counts):
+
+* ``shadowguard_approvals_requested_total{upstream, tool}`` - approval requests this replica made
+* ``shadowguard_approvals_decided_total{decision}`` - ``approved`` or ``rejected`` by a reviewer here
+* ``shadowguard_approvals_finished_total{outcome}`` - ``used``, ``returned_to_review``, ``expired``,
+  ``cancelled``
+* ``shadowguard_approval_wait_seconds{decision}`` - request to decision, as a waiting call saw it
+* ``shadowguard_approvals_pending`` - the shared queue's depth at the last sweep (the same on every
+  replica: aggregate it with ``max``, never ``sum``)
+* ``shadowguard_approvals_swept_timestamp_seconds`` - when this replica last swept (the gauge's age)
+* ``shadowguard_webhook_deliveries_total{result}`` - webhook notices ``delivered`` or ``failed``
+
 Traces: :func:`span` opens a span on the global OpenTelemetry tracer, so the guard's spans nest under
 the MCP SDK's own request spans (its middleware traces every message) and the upstream calls carry the
 trace context on. :func:`setup_telemetry` picks the exporter: ``none`` installs nothing (spans are the
@@ -34,11 +46,12 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from guard.approvals.models import Approval, ApprovalState
 from guard.models import CommitOutcome, ToolOutcome, Verdict
 
 if TYPE_CHECKING:
@@ -89,6 +102,64 @@ CALL_SECONDS = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
     registry=REGISTRY,
 )
+
+WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400)
+"""Seconds, up to a day: a decision may take hours (``approvals.expires_after_s`` defaults to one)."""
+
+APPROVALS_REQUESTED = Counter(
+    "shadowguard_approvals_requested",
+    "Approval requests made by this replica's held calls, by upstream and tool (as the agent names it).",
+    ["upstream", "tool"],
+    registry=REGISTRY,
+)
+APPROVALS_DECIDED = Counter(
+    "shadowguard_approvals_decided",
+    "Reviewer decisions taken through this replica (API, CLI, review page), by decision.",
+    ["decision"],
+    registry=REGISTRY,
+)
+APPROVALS_FINISHED = Counter(
+    "shadowguard_approvals_finished",
+    "Approval requests that ended where this replica saw it: used, returned_to_review, expired, cancelled.",
+    ["outcome"],
+    registry=REGISTRY,
+)
+APPROVAL_WAIT_SECONDS = Histogram(
+    "shadowguard_approval_wait_seconds",
+    "Time from an approval request to its decision, as observed by a call waiting for it here.",
+    ["decision"],
+    buckets=WAIT_BUCKETS,
+    registry=REGISTRY,
+)
+APPROVALS_PENDING = Gauge(
+    "shadowguard_approvals_pending",
+    "Pending approval requests in the shared store at this replica's last sweep (every replica reports "
+    "the same queue: use max, not sum).",
+    registry=REGISTRY,
+)
+APPROVALS_SWEPT = Gauge(
+    "shadowguard_approvals_swept_timestamp_seconds",
+    "Unix time of this replica's last sweep that reached the store (when shadowguard_approvals_pending "
+    "was counted).",
+    registry=REGISTRY,
+)
+WEBHOOK_DELIVERIES = Counter(
+    "shadowguard_webhook_deliveries",
+    "Webhook notices of new approval requests, by result (delivered, failed after its retries).",
+    ["result"],
+    registry=REGISTRY,
+)
+
+DECISIONS = ("approved", "rejected")
+FINISHED_OUTCOMES = ("used", "returned_to_review", "expired", "cancelled")
+DELIVERY_RESULTS = ("delivered", "failed")
+for _value in DECISIONS:
+    APPROVALS_DECIDED.labels(decision=_value)
+    APPROVAL_WAIT_SECONDS.labels(decision=_value)
+for _value in FINISHED_OUTCOMES:
+    APPROVALS_FINISHED.labels(outcome=_value)
+for _value in DELIVERY_RESULTS:
+    WEBHOOK_DELIVERIES.labels(result=_value)
 
 _COUNTED = (Verdict.REFUSED, Verdict.ROLLED_BACK)
 """Verdicts whose violations are rule violations (a held call's entry names the approval rule)."""
@@ -141,6 +212,50 @@ def record_commit(outcome: CommitOutcome) -> None:
 def record_rollback(reason: str) -> None:
     """Count one session rolled back (``agent``, ``idle``, ``shutdown``, ``api``, ...)."""
     ROLLBACKS.labels(reason=reason).inc()
+
+
+def record_approval_requested(approval: Approval) -> None:
+    """Count one new approval request."""
+    APPROVALS_REQUESTED.labels(upstream=approval.upstream or "", tool=approval.tool).inc()
+
+
+def record_approval_decided(approval: Approval) -> None:
+    """Count one reviewer decision (``approval`` as decided: approved or rejected)."""
+    APPROVALS_DECIDED.labels(decision=_decision(approval)).inc()
+
+
+def record_approval_finished(outcome: str) -> None:
+    """Count one approval request that ended (one of :data:`FINISHED_OUTCOMES`)."""
+    if outcome not in FINISHED_OUTCOMES:
+        raise ValueError(f"unknown approval outcome {outcome!r}; expected one of {FINISHED_OUTCOMES}")
+    APPROVALS_FINISHED.labels(outcome=outcome).inc()
+
+
+def record_approval_wait(approval: Approval) -> None:
+    """Observe a decided approval's time from request to decision."""
+    if approval.decided_at is None:
+        raise ValueError(f"approval {approval.id} is {approval.state.value}: it has no decision to time")
+    seconds = (approval.decided_at - approval.created_at).total_seconds()
+    APPROVAL_WAIT_SECONDS.labels(decision=_decision(approval)).observe(max(seconds, 0.0))
+
+
+def record_approvals_swept(pending: int) -> None:
+    """A sweep that reached the store: the shared queue's depth it counted, and now as its time."""
+    APPROVALS_PENDING.set(pending)
+    APPROVALS_SWEPT.set_to_current_time()
+
+
+def record_webhook_delivery(delivered: bool) -> None:
+    """Count one webhook notice: delivered, or given up on after its retries."""
+    WEBHOOK_DELIVERIES.labels(result="delivered" if delivered else "failed").inc()
+
+
+def _decision(approval: Approval) -> str:
+    if approval.state is ApprovalState.APPROVED:
+        return "approved"
+    if approval.state is ApprovalState.REJECTED:
+        return "rejected"
+    raise ValueError(f"approval {approval.id} is {approval.state.value}, not decided")
 
 
 # -- traces -------------------------------------------------------------------------------------------

@@ -30,6 +30,8 @@ from guard.approvals.models import (
 )
 
 Clock = Callable[[], datetime]
+TransitionListener = Callable[[ApprovalEvent, Approval], None]
+"""Told about a transition a store object carried out: its event and the record as it is now."""
 
 SHADOWGUARD_ACTOR = "shadowguard"
 """The actor recorded for what the proxy does on its own (expiry, cancellation)."""
@@ -64,6 +66,18 @@ class TransitionStore(ABC):
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
+        self._listeners: list[TransitionListener] = []
+
+    def add_listener(self, listener: TransitionListener) -> None:
+        """Call ``listener`` after every transition this object carries out (creation included), in the
+        calling thread, once the store has it. A compare-and-set succeeds for one caller only, so across
+        replicas each transition is reported once, by the replica that made it; an expiry is reported by
+        whichever read or sweep moved the request. A listener must not raise (the transition is done)."""
+        self._listeners.append(listener)
+
+    def _carried_out(self, event: ApprovalEvent, after: Approval) -> None:
+        for listener in self._listeners:
+            listener(event, after)
 
     # -- backend primitives ------------------------------------------------------------------------
 
@@ -103,6 +117,7 @@ class TransitionStore(ABC):
         to_micros(approval.expires_at)
         event = self._event(approval, "requested", request.principal or SHADOWGUARD_ACTOR, now, None)
         self._insert(approval, event)
+        self._carried_out(event, approval)
         return approval
 
     def get(self, approval_id: str) -> Approval:
@@ -125,6 +140,7 @@ class TransitionStore(ABC):
         )
         event = self._event(current, "approved" if approve else "rejected", reviewer, now, reason)
         if self._swap(current, after, event, now=to_micros(now), due=False, unused=False):
+            self._carried_out(event, after)
             return after
         raced = self._expire_if_due(self._require(approval_id), now)[0]
         raise ApprovalConflict(self._not_pending(raced), raced)
@@ -136,6 +152,7 @@ class TransitionStore(ABC):
         after = current.model_copy(update={"used_at": now, "used_by": consumer})
         event = self._event(current, "used", consumer, now, None)
         if self._swap(current, after, event, now=to_micros(now), due=False, unused=True):
+            self._carried_out(event, after)
             return after
         raced = self._expire_if_due(self._require(approval_id), now)[0]
         self._check_consumable(raced, now)
@@ -149,6 +166,7 @@ class TransitionStore(ABC):
         after = current.model_copy(update={"state": ApprovalState.CANCELLED, "reason": reason})
         event = self._event(current, "cancelled", SHADOWGUARD_ACTOR, now, reason)
         if self._swap(current, after, event, now=to_micros(now), due=False, unused=False):
+            self._carried_out(event, after)
             return after
         raced = self._expire_if_due(self._require(approval_id), now)[0]
         raise ApprovalConflict(self._not_pending(raced), raced)
@@ -184,6 +202,7 @@ class TransitionStore(ABC):
         after = approval.model_copy(update={"state": ApprovalState.EXPIRED})
         event = self._event(approval, "expired", SHADOWGUARD_ACTOR, now, None)
         if self._swap(approval, after, event, now=to_micros(now), due=True, unused=False):
+            self._carried_out(event, after)
             return after, True
         return self._require(approval.id), False
 

@@ -43,6 +43,7 @@ from guard.approvals.models import (
     ApprovalStore,
     ApprovalStoreUnavailable,
 )
+from proxy import telemetry
 from proxy.approvals.auth import (
     AuthError,
     ErrorCode,
@@ -273,7 +274,31 @@ async def decide(
     Raises :class:`AuthError` (403: a viewer, or the reviewer's own request), :class:`ValueError` (a
     rejection without a reason, a blank or over-long reason), :class:`ApprovalNotFound`,
     :class:`ApprovalConflict` or :class:`ApprovalStoreUnavailable`; nothing is changed when it raises.
+
+    Traced as ``shadowguard.approval.decide`` (approval id, reviewer name, decision; a refusal is
+    recorded on the span as its exception; never the call's arguments nor the reason); a decision
+    taken is counted in ``shadowguard_approvals_decided_total``.
     """
+    attributes = {
+        "shadowguard.approval.id": approval_id,
+        "shadowguard.reviewer": who.name,
+        "shadowguard.approval.decision": "approved" if approve else "rejected",
+    }
+    with telemetry.span("shadowguard.approval.decide", **attributes):
+        decided = await _decide(store, audit, who, approval_id, approve=approve, reason=reason)
+    telemetry.record_approval_decided(decided)
+    return decided
+
+
+async def _decide(
+    store: ApprovalStore,
+    audit: AuditLog,
+    who: Reviewer,
+    approval_id: str,
+    *,
+    approve: bool,
+    reason: str | None,
+) -> Approval:
     require_approver(who)
     if reason is not None and (re.search(_REASON, reason) is None or len(reason) > MAX_REASON):
         raise ValueError(f"a reason must say something, in at most {MAX_REASON} characters")

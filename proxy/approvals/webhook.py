@@ -3,7 +3,9 @@
 The notice is a courtesy, not the queue: the approval store is the source of truth, and a reviewer who
 never got the notice still finds the request in the API, the CLI and the ``/review`` page. So a
 delivery that fails (after retrying transport errors and 5xx answers) is logged at ERROR with the
-approval id and the cause and is never raised into the agent's call: the request stands.
+approval id and the cause and is never raised into the agent's call: the request stands. Every notice
+is counted once in ``shadowguard_webhook_deliveries_total{result="delivered"|"failed"}`` (a failed one
+after its retries), so an alert can catch a receiver that stopped taking them.
 
 The body (``Content-Type: application/json``)::
 
@@ -31,6 +33,7 @@ import httpx2
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from guard.approvals import Approval
+from proxy import telemetry
 from proxy.config import ConfigError, WebhookConfig
 
 logger = logging.getLogger(__name__)
@@ -136,13 +139,14 @@ class WebhookNotifier:
         }
 
     async def requested(self, approval: Approval) -> None:
-        """Deliver the notice for a new request. Never raises for a failed delivery (it is logged);
-        awaiting it takes as long as the delivery and its retries, so run it as a task if the caller
-        must not wait."""
+        """Deliver the notice for a new request. Never raises for a failed delivery (it is logged and
+        counted); awaiting it takes as long as the delivery and its retries, so run it as a task if the
+        caller must not wait."""
         body = json.dumps(self.notice(approval), separators=(",", ":")).encode()
         headers = {"Content-Type": "application/json"}
         if self._secret is not None:
             headers[SIGNATURE_HEADER] = sign(body, self._secret)
+        delivered = False
         try:
             async with httpx2.AsyncClient(timeout=self.timeout_s) as client:
                 async for attempt in AsyncRetrying(
@@ -153,6 +157,7 @@ class WebhookNotifier:
                 ):
                     with attempt:
                         await self._post(client, body, headers)
+            delivered = True
         except (httpx2.HTTPError, _ServerError, _Refused) as exc:
             logger.error(
                 "webhook notice for approval %s not delivered to %s: %s (the request stands in the queue)",
@@ -160,6 +165,8 @@ class WebhookNotifier:
                 _origin(self.url),
                 _describe(exc),
             )
+        finally:
+            telemetry.record_webhook_delivery(delivered)
 
     async def _post(self, client: httpx2.AsyncClient, body: bytes, headers: dict[str, str]) -> None:
         response = await client.post(self.url, content=body, headers=headers)

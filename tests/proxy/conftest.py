@@ -1,5 +1,6 @@
 """Harness for the proxy's end-to-end tests: real upstream servers and real ``shadowguard serve``
-processes, configs written per test module, and an agent wrapper that names its guard session.
+processes, configs written per test module, an agent wrapper that names its guard session, and the
+proxy's app served in-process by uvicorn (``serving``, ``approvals_app``).
 
 Helpers are fixtures (``harness``) because test modules are imported with ``--import-mode=importlib``
 and cannot import each other.
@@ -10,28 +11,43 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import mcp.types as types
 import pytest
+import uvicorn
 import yaml
 from mcp import Client
+from starlette.types import ASGIApp
 
 from benchmark.tasks import BenchData
+from guard.approvals import ApprovalRequest, CheckResult, SqlApprovalStore, utcnow
+from guard.models import ChangeSet, EffectClass, PolicySource, RowChange
+from proxy.app import Recorder, create_app
+from proxy.audit import AuditLog
+from proxy.config import AuditConfig, AuthConfig, ProxyConfig
+from proxy.held import HeldCalls
+from proxy.registry import SessionRegistry
+from proxy.server import GuardProxy
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 NOTES_SERVER = FIXTURES / "notes_server.py"
 NOTES_POLICY = FIXTURES / "notes_policy.yaml"
 NOTES_JOURNAL_POLICY = FIXTURES / "notes_journal_policy.yaml"
+NOTES_APPROVALS_POLICY = FIXTURES / "notes_approvals_policy.yaml"
 RETAIL_POLICY = ROOT / "policies" / "sandbox_external_retail" / "policy.yaml"
 SHADOWGUARD = str(Path(sys.executable).parent / "shadowguard")
 MARKER_ENV = "SG_TEST_MARKER"
@@ -185,6 +201,28 @@ class Agent:
         return dict(result.structured_content)
 
 
+@asynccontextmanager
+async def agent_on(url: str, mode: str) -> AsyncIterator[Agent]:
+    """An agent connected to the MCP endpoint ``url`` in protocol era ``mode``, naming a guard session
+    of its own in the 2026-07-28 era (:func:`era_agent_session`)."""
+    async with Client(url, mode=mode, cache=None, read_timeout_seconds=90) as client:
+        yield Agent(client, era_agent_session(mode))
+
+
+def initialize_request() -> dict[str, Any]:
+    """A raw JSON-RPC ``initialize`` request of the 2025-11-25 era (POST it to ``/mcp``)."""
+    return {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+
+
 def era_agent_session(mode: str) -> str | None:
     """The 2026-07-28 era is sessionless: the agent names its session in ``_meta``."""
     return None if mode == "legacy" else f"agent-{uuid.uuid4().hex[:12]}"
@@ -228,6 +266,141 @@ def retail_upstream(bench: BenchData, marker: str) -> dict[str, Any]:
     }
 
 
+def shadowguard_serve(config: Path) -> Process:
+    """``shadowguard serve --config config`` (its log beside the config); ``ready()`` gives its URL."""
+    return Process(
+        [SHADOWGUARD, "serve", "--config", str(config)],
+        config.with_suffix(".log"),
+        announce="shadowguard serve: listening on",
+    )
+
+
+@contextmanager
+def shadowguard_serving(configs: Mapping[str, Path]) -> Iterator[dict[str, Process]]:
+    """:func:`shadowguard_serve` for each config by name, started together and ready; on exit every
+    one is stopped, and each must have exited 0 (else its log is shown)."""
+    processes: dict[str, Process] = {}
+    try:
+        for name, config in configs.items():
+            processes[name] = shadowguard_serve(config)
+        for process in processes.values():
+            process.ready()
+        yield processes
+    finally:
+        codes = {name: process.stop() for name, process in processes.items()}
+        failed = [
+            f"{name} exited {code}:\n{processes[name].log.read_text()}"
+            for name, code in codes.items()
+            if code
+        ]
+        assert not failed, "\n".join(failed)
+
+
+@contextmanager
+def serving(app: ASGIApp) -> Iterator[str]:
+    """``app`` behind a real uvicorn server (lifespan on) on a free loopback port, in a thread of this
+    process: yields its base URL. On exit the server shuts down, its lifespan with it, and must stop."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        try:
+            deadline = time.monotonic() + STARTUP_TIMEOUT_S
+            while not server.started:
+                if not thread.is_alive() or time.monotonic() > deadline:
+                    raise RuntimeError("the test server did not start")
+                time.sleep(0.01)
+            yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+        finally:
+            server.should_exit = True
+            thread.join(timeout=60)
+        assert not thread.is_alive(), "the test server did not stop"
+
+
+def refund_request(clock: Callable[[], datetime] = utcnow, **changes: Any) -> ApprovalRequest:
+    """A refund of ORD-7 by ``agent-1`` held for approval: a rehearsed two-row preview (the order
+    updated, a refund inserted), one passed check, expiring an hour after ``clock()``. ``changes``
+    replace fields."""
+    fields: dict[str, Any] = {
+        "principal": "agent-1",
+        "session_id": "sess-1",
+        "upstream": "retail",
+        "tool": "refund_order",
+        "arguments": {"order_id": "ORD-7", "amount": 250.0},
+        "effect": EffectClass.IRREVERSIBLE,
+        "rule_id": "refund-over-100",
+        "rule_source": PolicySource(ref="policy.md#refunds", quote="Refunds over $100 need a manager."),
+        "preview": ChangeSet(
+            changes=[
+                RowChange(
+                    table="orders",
+                    key="ORD-7",
+                    op="update",
+                    before={"id": "ORD-7", "status": "delivered", "total": 250.0},
+                    after={"id": "ORD-7", "status": "refunded", "total": 250.0},
+                ),
+                RowChange(
+                    table="refunds",
+                    key="R-1",
+                    op="insert",
+                    after={"id": "R-1", "order": "ORD-7", "amount": 250.0},
+                ),
+            ]
+        ),
+        "checks": [CheckResult(rule_id="refund-max", passed=True, message="within the order total")],
+        "policy_version": "sha256:" + "2" * 64,
+        "expires_at": clock() + timedelta(hours=1),
+    }
+    fields.update(changes)
+    return ApprovalRequest(**fields)
+
+
+@dataclass
+class ApprovalsApp:
+    """The proxy's app served by :func:`approvals_app`."""
+
+    base: str
+    store: SqlApprovalStore
+    proxy: GuardProxy
+    audit_path: Path
+    """The JSON-lines audit log reviewer decisions go to (none is written when served unaudited)."""
+    clock: Callable[[], datetime]
+    """The store's clock."""
+
+    def seed(self, **changes: Any) -> str:
+        """Queues a :func:`refund_request` (``changes`` replace fields); returns its id."""
+        return self.store.create(refund_request(self.clock, **changes)).id
+
+
+@contextmanager
+def approvals_app(
+    folder: Path,
+    auth: AuthConfig,
+    *,
+    store_url: str | None = None,
+    clock: Callable[[], datetime] = utcnow,
+    audited: bool = True,
+) -> Iterator[ApprovalsApp]:
+    """The proxy's app (``create_app``) with no upstreams and ``auth``, served by :func:`serving`:
+    held calls on a SQL approval store (``store_url``, else ``folder/approvals.db``) on ``clock``,
+    reviewer decisions audited to ``folder/audit.jsonl`` (``audited=False``: no audit log at all).
+
+    The store is closed on exit; dropping its tables is the caller's (``approval_store_url`` does).
+    """
+    audit_path = folder / "audit.jsonl"
+    with ExitStack() as cleanup:
+        store = SqlApprovalStore(store_url or f"sqlite:///{folder / 'approvals.db'}", clock=clock)
+        cleanup.callback(store.close)
+        recorder = Recorder(cleanup.enter_context(AuditLog(audit_path))) if audited else None
+        held = HeldCalls(store, expires_after_s=3600, wait_s=0, poll_s=0.25)
+        proxy = GuardProxy([], SessionRegistry(observer=recorder, held=held))
+        config = ProxyConfig(auth=auth, audit=AuditConfig(path=audit_path if audited else None))
+        app = create_app(proxy, config, lifespan_runs_proxy=False, recorder=recorder)
+        yield ApprovalsApp(cleanup.enter_context(serving(app)), store, proxy, audit_path, clock)
+
+
 @pytest.fixture(scope="module")
 def module_tmp(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
     return tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
@@ -264,19 +437,20 @@ def notes_http_args(db: Path, port: int = 0, *, transactional: bool) -> list[str
     ]
 
 
+def notes_http(db: Path, *, transactional: bool = True) -> Process:
+    """The notes fixture over HTTP on a free port, on ``db`` (its log beside it); ``ready()``: its URL."""
+    return Process(
+        notes_http_args(db, transactional=transactional),
+        db.with_suffix(".log"),
+        announce="notes: listening on",
+    )
+
+
 @pytest.fixture(scope="session")
 def upstreams(proxy_tmp: Path, bench: BenchData) -> Iterator[Upstreams]:
     notes_db, journal_db = proxy_tmp / "notes-http.sqlite", proxy_tmp / "journal.sqlite"
-    notes = Process(
-        notes_http_args(notes_db, transactional=True),
-        proxy_tmp / "notes-http.log",
-        announce="notes: listening on",
-    )
-    journal = Process(
-        notes_http_args(journal_db, transactional=False),
-        proxy_tmp / "journal.log",
-        announce="notes: listening on",
-    )
+    notes = notes_http(notes_db)
+    journal = notes_http(journal_db, transactional=False)
     retail = Process(
         [*RETAIL_SERVE, "--port", "0", "--data", str(bench.tasks_root)],
         proxy_tmp / "retail.log",
@@ -333,11 +507,7 @@ def http_proxy(proxy_tmp: Path, upstreams: Upstreams) -> Iterator[Process]:
         audit={"path": str(proxy_tmp / "audit.jsonl")},
         approvals={"wait_s": 0},  # a held call answers approval_pending at once (test_approvals_flow waits)
     )
-    process = Process(
-        [SHADOWGUARD, "serve", "--config", str(config)],
-        proxy_tmp / "proxy.log",
-        announce="shadowguard serve: listening on",
-    ).ready()
+    process = shadowguard_serve(config).ready()
     process.audit = proxy_tmp / "audit.jsonl"  # type: ignore[attr-defined]
     yield process
     assert process.stop() == 0, process.log.read_text()
@@ -356,14 +526,23 @@ class Harness:
     retail_http_upstream = staticmethod(retail_http_upstream)
     notes_http_args = staticmethod(notes_http_args)
     notes_upstream = staticmethod(notes_upstream)
+    notes_http = staticmethod(notes_http)
+    shadowguard_serve = staticmethod(shadowguard_serve)
+    shadowguard_serving = staticmethod(shadowguard_serving)
+    serving = staticmethod(serving)
+    approvals_app = staticmethod(approvals_app)
+    refund_request = staticmethod(refund_request)
     retail_upstream = staticmethod(retail_upstream)
     era_agent_session = staticmethod(era_agent_session)
+    agent_on = staticmethod(agent_on)
+    initialize_request = staticmethod(initialize_request)
     Agent = Agent
     Process = Process
     shadowguard = SHADOWGUARD
     notes_server = NOTES_SERVER
     notes_journal_policy = NOTES_JOURNAL_POLICY
     notes_policy = NOTES_POLICY
+    notes_approvals_policy = NOTES_APPROVALS_POLICY
     marker_env = MARKER_ENV
     max_body_bytes = MAX_BODY_BYTES
     retail_policy = RETAIL_POLICY

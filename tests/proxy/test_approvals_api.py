@@ -7,13 +7,7 @@ Also: the reviewer/agent token rules of the config, and agent authentication on 
 from __future__ import annotations
 
 import json
-import os
-import socket
-import threading
-import time
-import uuid
-from collections.abc import Iterator
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,21 +15,14 @@ from typing import Any
 
 import httpx2
 import pytest
-import uvicorn
-from fastapi import FastAPI
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from guard.approvals.models import ApprovalQuery, ApprovalRequest, CheckResult
+from guard.approvals.models import ApprovalQuery
 from guard.approvals.sql import SqlApprovalStore
-from guard.models import ChangeSet, EffectClass, PolicySource, RowChange
-from proxy.app import Recorder, create_app
 from proxy.approvals.auth import hash_token
-from proxy.audit import AuditLog
-from proxy.config import AgentConfig, AuditConfig, AuthConfig, ConfigError, ProxyConfig, ReviewerConfig
-from proxy.held import HeldCalls
-from proxy.registry import SessionRegistry
-from proxy.server import OUTCOME_META_KEY, GuardProxy
+from proxy.config import AgentConfig, AuthConfig, ConfigError, ProxyConfig, ReviewerConfig
+from proxy.server import OUTCOME_META_KEY
 
 TOKENS = {
     "alice": "alice-approver-token",
@@ -45,7 +32,6 @@ TOKENS = {
     "agent-2": "agent-two-token",
 }
 ROLES = {"alice": "approver", "bob": "approver", "victor": "viewer"}
-PG_URL = os.environ.get("SHADOWGUARD_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
 
@@ -71,36 +57,14 @@ class Clock:
         return self.now
 
 
-class Served:
-    """An ASGI app behind a real uvicorn server on a free port, in a thread."""
-
-    def __init__(self, app: FastAPI) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.base = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the test server did not start")
-            time.sleep(0.01)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-        self.sock.close()
-
-
 @dataclass
 class Api:
     base: str
     store: SqlApprovalStore
     clock: Clock
     audit_path: Path
-    proxy: GuardProxy
+    seed: Callable[..., str]
+    """Queues a held refund (the harness's ``refund_request``; keyword arguments replace fields)."""
 
     def client(self, who: str | None = None, *, token: str | None = None) -> httpx2.Client:
         headers = {}
@@ -109,9 +73,6 @@ class Api:
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
         return httpx2.Client(base_url=self.base, headers=headers, timeout=30)
-
-    def seed(self, **changes: Any) -> str:
-        return self.store.create(held_call(self.clock, **changes)).id
 
     def snapshot(self) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
         """Every approval and its history: what a refused request must leave as it was."""
@@ -125,67 +86,19 @@ class Api:
         return [r for r in map(json.loads, lines) if r["kind"] == "approval_decision"]
 
 
-def held_call(clock: Clock, **changes: Any) -> ApprovalRequest:
-    """A refund held for approval, with a rehearsed one-row preview."""
-    fields: dict[str, Any] = {
-        "principal": "agent-1",
-        "session_id": "sess-1",
-        "upstream": "retail",
-        "tool": "refund_order",
-        "arguments": {"order_id": "ORD-1", "amount": 120.0},
-        "effect": EffectClass.IRREVERSIBLE,
-        "rule_id": "refund-over-100",
-        "rule_source": PolicySource(ref="policy.md#refunds", quote="Refunds over $100 need a manager."),
-        "preview": ChangeSet(
-            changes=[
-                RowChange(
-                    table="orders",
-                    key="ORD-1",
-                    op="update",
-                    before={"id": "ORD-1", "status": "delivered", "refunded": 0.0},
-                    after={"id": "ORD-1", "status": "refunded", "refunded": 120.0},
-                )
-            ]
-        ),
-        "checks": [CheckResult(rule_id="refund-max", passed=True, message="within the order total")],
-        "policy_version": "sha256:" + "0" * 64,
-        "expires_at": clock() + timedelta(hours=1),
-    }
-    fields.update(changes)
-    return ApprovalRequest(**fields)
-
-
-def store_url(backend: str, tmp_path: Path) -> str:
-    if backend == "sqlite":
-        return f"sqlite:///{tmp_path / 'approvals.db'}"
-    if PG_URL == "off":
-        pytest.skip("SHADOWGUARD_TEST_PG=off")
-    return f"{PG_URL}?table_prefix=sgapi_{uuid.uuid4().hex[:10]}_"
-
-
-def build_app(config: ProxyConfig, store: SqlApprovalStore | None, audit: AuditLog | None) -> FastAPI:
-    """The proxy's app around ``store`` (the caller closes it), with no upstreams."""
-    recorder = Recorder(audit) if audit is not None else None
-    held = HeldCalls(store, expires_after_s=3600, wait_s=0, poll_s=0.25) if store is not None else None
-    proxy = GuardProxy([], SessionRegistry(observer=recorder, held=held))
-    return create_app(proxy, config, lifespan_runs_proxy=False, recorder=recorder)
-
-
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Api]:
+def api(
+    request: pytest.FixtureRequest, tmp_path: Path, harness: Any, approval_store_url: Callable[[str], str]
+) -> Iterator[Api]:
     clock = Clock()
-    store = SqlApprovalStore(store_url(request.param, tmp_path), clock=clock)
-    audit_path = tmp_path / "audit.jsonl"
-    config = ProxyConfig(auth=auth_config(), audit=AuditConfig(path=audit_path))
-    with ExitStack() as cleanup:
-        cleanup.callback(store.close)
-        if request.param == "postgresql":
-            cleanup.callback(store.drop_tables)
-        audit = cleanup.enter_context(AuditLog(audit_path))
-        app = build_app(config, store, audit)
-        served = Served(app)
-        cleanup.callback(served.stop)
-        yield Api(served.base, store, clock, audit_path, app.state.proxy)
+    with harness.approvals_app(
+        tmp_path, auth_config(), store_url=approval_store_url(request.param), clock=clock
+    ) as app:
+        yield Api(app.base, app.store, clock, app.audit_path, app.seed)
+
+
+def bearer(who: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS[who]}"}
 
 
 def assert_error(response: httpx2.Response, status: int, code: str) -> str:
@@ -439,42 +352,24 @@ def test_a_reviewer_cannot_decide_their_own_request(api: Api) -> None:
         assert http.post(f"/api/approvals/{own}/approve", json={}).status_code == 200
 
 
-def test_no_reviewers_configured_refuses_everyone(tmp_path: Path) -> None:
-    store = SqlApprovalStore(f"sqlite:///{tmp_path / 'a.db'}")
-    audit = AuditLog(tmp_path / "audit.jsonl")
-    app = build_app(ProxyConfig(auth=AuthConfig()), store, audit)
-    served = Served(app)
-    try:
-        approval_id = store.create(held_call(Clock(), expires_at=datetime.now(UTC) + timedelta(hours=1))).id
-        with httpx2.Client(
-            base_url=served.base, headers={"Authorization": f"Bearer {TOKENS['alice']}"}
-        ) as http:
+def test_no_reviewers_configured_refuses_everyone(tmp_path: Path, harness: Any) -> None:
+    with harness.approvals_app(tmp_path, AuthConfig()) as app:
+        approval_id = app.seed()
+        with httpx2.Client(base_url=app.base, headers=bearer("alice")) as http:
             assert "no reviewers" in assert_error(http.get("/api/approvals"), 403, "forbidden")
             assert_error(http.post(f"/api/approvals/{approval_id}/approve", json={}), 403, "forbidden")
-        assert store.get(approval_id).state == "pending"
-    finally:
-        served.stop()
-        audit.close()
-        store.close()
+        assert app.store.get(approval_id).state == "pending"
 
 
-def test_without_an_audit_log_nothing_is_decided(tmp_path: Path) -> None:
-    store = SqlApprovalStore(f"sqlite:///{tmp_path / 'a.db'}")
-    app = build_app(ProxyConfig(auth=auth_config()), store, audit=None)
-    served = Served(app)
-    try:
-        approval_id = store.create(held_call(Clock(), expires_at=datetime.now(UTC) + timedelta(hours=1))).id
-        with httpx2.Client(
-            base_url=served.base, headers={"Authorization": f"Bearer {TOKENS['alice']}"}
-        ) as http:
+def test_without_an_audit_log_nothing_is_decided(tmp_path: Path, harness: Any) -> None:
+    with harness.approvals_app(tmp_path, auth_config(), audited=False) as app:
+        approval_id = app.seed()
+        with httpx2.Client(base_url=app.base, headers=bearer("alice")) as http:
             assert http.get("/api/approvals").status_code == 200
             assert "audit" in assert_error(
                 http.post(f"/api/approvals/{approval_id}/approve", json={}), 503, "unavailable"
             )
-        assert store.get(approval_id).state == "pending"
-    finally:
-        served.stop()
-        store.close()
+        assert app.store.get(approval_id).state == "pending"
 
 
 # -- bulk ---------------------------------------------------------------------------------------------------
@@ -602,29 +497,13 @@ def test_auth_config_refuses_shared_and_duplicate_tokens(tmp_path: Path) -> None
 
 
 @pytest.fixture
-def mcp_server(tmp_path: Path) -> Iterator[str]:
-    store = SqlApprovalStore(f"sqlite:///{tmp_path / 'a.db'}")
-    audit = AuditLog(tmp_path / "audit.jsonl")
-    served = Served(build_app(ProxyConfig(auth=auth_config()), store, audit))
-    try:
-        yield served.base
-    finally:
-        served.stop()
-        audit.close()
-        store.close()
+def mcp_server(tmp_path: Path, harness: Any) -> Iterator[str]:
+    with harness.approvals_app(tmp_path, auth_config()) as app:
+        yield app.base
 
 
-def test_mcp_needs_an_agent_token(mcp_server: str) -> None:
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        },
-    }
+def test_mcp_needs_an_agent_token(mcp_server: str, harness: Any) -> None:
+    initialize = harness.initialize_request()
     headers = {"Accept": "application/json, text/event-stream"}
     with httpx2.Client(base_url=mcp_server, headers=headers) as http:
         for token in (None, TOKENS["alice"], TOKENS["victor"], "nope"):
@@ -632,16 +511,16 @@ def test_mcp_needs_an_agent_token(mcp_server: str) -> None:
             response = http.post("/mcp", json=initialize, headers=auth)
             assert_error(response, 401, "unauthorized")
             assert response.headers["www-authenticate"].startswith("Bearer")
-        reviewer = http.post("/mcp", json=initialize, headers={"Authorization": f"Bearer {TOKENS['alice']}"})
+        reviewer = http.post("/mcp", json=initialize, headers=bearer("alice"))
         assert "reviewer" in reviewer.json()["error"]["message"]
-        ok = http.post("/mcp", json=initialize, headers={"Authorization": f"Bearer {TOKENS['agent-1']}"})
+        ok = http.post("/mcp", json=initialize, headers=bearer("agent-1"))
         assert ok.status_code == 200, ok.text
         session = ok.headers["mcp-session-id"]
         ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
         own = {"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"}
-        mine = http.post("/mcp", json=ping, headers={**own, "Authorization": f"Bearer {TOKENS['agent-1']}"})
+        mine = http.post("/mcp", json=ping, headers={**own, **bearer("agent-1")})
         assert mine.status_code == 200, mine.text
-        theirs = http.post("/mcp", json=ping, headers={**own, "Authorization": f"Bearer {TOKENS['agent-2']}"})
+        theirs = http.post("/mcp", json=ping, headers={**own, **bearer("agent-2")})
         assert theirs.status_code == 404, "a session is bound to the agent that opened it"
 
 
@@ -652,7 +531,7 @@ def anyio_backend() -> str:
 
 @pytest.mark.anyio
 async def test_an_agent_runs_as_its_configured_name(mcp_server: str) -> None:
-    headers = {"Authorization": f"Bearer {TOKENS['agent-1']}"}
+    headers = bearer("agent-1")
     async with (
         httpx2.AsyncClient(headers=headers, timeout=30) as http,
         Client(

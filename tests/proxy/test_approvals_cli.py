@@ -7,135 +7,44 @@ import json
 import socket
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 import yaml
-from fastapi import FastAPI
 from typer.testing import CliRunner
 
-from guard.approvals.models import ApprovalRequest, CheckResult
-from guard.approvals.sql import SqlApprovalStore
-from guard.models import ChangeSet, EffectClass, PolicySource, RowChange
-from proxy.app import Recorder, create_app
 from proxy.approvals.auth import authenticate_agent, authenticate_reviewer, hash_token
-from proxy.audit import AuditLog
 from proxy.cli import app as cli_app
-from proxy.config import AuditConfig, AuthConfig, ProxyConfig, ReviewerConfig
-from proxy.held import HeldCalls
-from proxy.registry import SessionRegistry
-from proxy.server import GuardProxy
+from proxy.config import AuthConfig, ProxyConfig, ReviewerConfig
 
 ALICE = "alice-cli-token"
 VICTOR = "victor-cli-token"
 SHADOWGUARD = str(Path(sys.executable).parent / "shadowguard")
 
 
-class Served:
-    """An ASGI app behind a real uvicorn server on a free port, in a thread."""
-
-    def __init__(self, app: FastAPI) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.base = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the test server did not start")
-            time.sleep(0.01)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-        self.sock.close()
-
-
-@dataclass
-class Setup:
-    base: str
-    store: SqlApprovalStore
-    audit_path: Path
-
-    def seed(self, **changes: Any) -> str:
-        fields: dict[str, Any] = {
-            "principal": "agent-1",
-            "session_id": "sess-1",
-            "upstream": "retail",
-            "tool": "refund_order",
-            "arguments": {"order_id": "ORD-7", "amount": 250.0},
-            "effect": EffectClass.IRREVERSIBLE,
-            "rule_id": "refund-over-100",
-            "rule_source": PolicySource(ref="policy.md#refunds", quote="Refunds over $100 need a manager."),
-            "preview": ChangeSet(
-                changes=[
-                    RowChange(
-                        table="orders",
-                        key="ORD-7",
-                        op="update",
-                        before={"id": "ORD-7", "status": "delivered", "total": 250.0},
-                        after={"id": "ORD-7", "status": "refunded", "total": 250.0},
-                    ),
-                    RowChange(
-                        table="refunds",
-                        key="R-1",
-                        op="insert",
-                        after={"id": "R-1", "order": "ORD-7", "amount": 250.0},
-                    ),
-                ]
-            ),
-            "checks": [CheckResult(rule_id="refund-max", passed=True, message="within the order total")],
-            "policy_version": "sha256:" + "2" * 64,
-            "expires_at": datetime.now(UTC) + timedelta(hours=1),
-        }
-        fields.update(changes)
-        return self.store.create(ApprovalRequest(**fields)).id
-
-
 @pytest.fixture
-def setup(tmp_path: Path) -> Iterator[Setup]:
-    store = SqlApprovalStore(f"sqlite:///{tmp_path / 'approvals.db'}")
-    audit_path = tmp_path / "audit.jsonl"
-    audit = AuditLog(audit_path)
-    try:
-        recorder = Recorder(audit)
-        held = HeldCalls(store, expires_after_s=3600, wait_s=0, poll_s=0.25)
-        proxy = GuardProxy([], SessionRegistry(observer=recorder, held=held))
-        auth = AuthConfig(
-            reviewers=[
-                ReviewerConfig(name="alice", role="approver", token_sha256=hash_token(ALICE)),
-                ReviewerConfig(name="victor", role="viewer", token_sha256=hash_token(VICTOR)),
-            ]
-        )
-        config = ProxyConfig(auth=auth, audit=AuditConfig(path=audit_path))
-        served = Served(create_app(proxy, config, lifespan_runs_proxy=False, recorder=recorder))
-        try:
-            yield Setup(served.base, store, audit_path)
-        finally:
-            served.stop()
-    finally:
-        audit.close()
-        store.close()
+def setup(tmp_path: Path, harness: Any) -> Iterator[Any]:
+    """The app served over a SQLite store (``harness.approvals_app``): ``base``, ``store``, ``seed()``."""
+    auth = AuthConfig(
+        reviewers=[
+            ReviewerConfig(name="alice", role="approver", token_sha256=hash_token(ALICE)),
+            ReviewerConfig(name="victor", role="viewer", token_sha256=hash_token(VICTOR)),
+        ]
+    )
+    with harness.approvals_app(tmp_path, auth) as app:
+        yield app
 
 
-def run(setup: Setup | None, *args: str, token: str | None = ALICE, env: dict[str, str] | None = None) -> Any:
+def run(setup: Any, *args: str, token: str | None = ALICE, env: dict[str, str] | None = None) -> Any:
     """``shadowguard approvals ARGS`` in-process, with the server's URL and ``token`` in the environment."""
     environment = {"SHADOWGUARD_REVIEWER_TOKEN": token or "", "SHADOWGUARD_URL": setup.base if setup else ""}
     environment.update(env or {})
     return CliRunner().invoke(cli_app, ["approvals", *args], env=environment)
 
 
-def test_list_text_and_json(setup: Setup) -> None:
+def test_list_text_and_json(setup: Any) -> None:
     older = setup.seed()
     newer = setup.seed(tool="cancel_order")
     setup.store.decide(older, approve=True, reviewer="alice", reason=None)
@@ -151,7 +60,7 @@ def test_list_text_and_json(setup: Setup) -> None:
     assert run(setup, "list", "--tool", "no_such_tool").stdout.strip() == "no approvals"
 
 
-def test_show_prints_the_row_diff_and_history(setup: Setup) -> None:
+def test_show_prints_the_row_diff_and_history(setup: Any) -> None:
     approval_id = setup.seed()
     result = run(setup, "show", approval_id, token=VICTOR)
     assert result.exit_code == 0, result.output
@@ -169,7 +78,7 @@ def test_show_prints_the_row_diff_and_history(setup: Setup) -> None:
     assert as_json["id"] == approval_id and [e["action"] for e in as_json["history"]] == ["requested"]
 
 
-def test_approve_and_reject(setup: Setup) -> None:
+def test_approve_and_reject(setup: Any) -> None:
     first, second = setup.seed(), setup.seed()
     approved = run(setup, "approve", first, "--reason", "looks right")
     assert approved.exit_code == 0, approved.output
@@ -183,7 +92,7 @@ def test_approve_and_reject(setup: Setup) -> None:
     assert [(r["approval_id"], r["decision"]) for r in decisions] == [(first, "approve"), (second, "reject")]
 
 
-def test_refusals_exit_1_with_the_api_message(setup: Setup) -> None:
+def test_refusals_exit_1_with_the_api_message(setup: Any) -> None:
     approval_id = setup.seed()
     viewer = run(setup, "approve", approval_id, token=VICTOR)
     assert viewer.exit_code == 1
@@ -199,7 +108,7 @@ def test_refusals_exit_1_with_the_api_message(setup: Setup) -> None:
     assert setup.store.get(approval_id).state == "approved"
 
 
-def test_usage_errors_exit_2(setup: Setup, tmp_path: Path) -> None:
+def test_usage_errors_exit_2(setup: Any, tmp_path: Path) -> None:
     approval_id = setup.seed()
     no_reason = run(setup, "reject", approval_id)
     assert no_reason.exit_code == 2 and "--reason" in no_reason.output
@@ -212,7 +121,7 @@ def test_usage_errors_exit_2(setup: Setup, tmp_path: Path) -> None:
     assert setup.store.get(approval_id).state == "pending"
 
 
-def test_token_file_and_url_option(setup: Setup, tmp_path: Path) -> None:
+def test_token_file_and_url_option(setup: Any, tmp_path: Path) -> None:
     approval_id = setup.seed()
     token_file = tmp_path / "token"
     token_file.write_text(ALICE + "\n")
@@ -254,26 +163,17 @@ def test_token_prints_a_token_and_its_config(role: str, tmp_path: Path) -> None:
     assert other.stdout.splitlines()[0] != lines[0], "a new random token every time"
 
 
-def test_the_console_script(setup: Setup) -> None:
+def test_the_console_script(setup: Any) -> None:
     approval_id = setup.seed()
     env = {"SHADOWGUARD_URL": setup.base, "SHADOWGUARD_REVIEWER_TOKEN": ALICE, "PATH": "/usr/bin:/bin"}
-    ok = subprocess.run(
-        [SHADOWGUARD, "approvals", "approve", approval_id],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+
+    def approvals(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [SHADOWGUARD, "approvals", *args], env=env, capture_output=True, text=True, timeout=60
+        )
+
+    ok = approvals("approve", approval_id)
     assert ok.returncode == 0, ok.stderr
-    refused = subprocess.run(
-        [SHADOWGUARD, "approvals", "approve", approval_id],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    refused = approvals("approve", approval_id)
     assert refused.returncode == 1 and "409 conflict" in refused.stderr
-    usage = subprocess.run(
-        [SHADOWGUARD, "approvals", "show"], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert usage.returncode == 2
+    assert approvals("show").returncode == 2

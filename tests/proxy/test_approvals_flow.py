@@ -20,7 +20,7 @@ import json
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -127,50 +127,33 @@ def flow(module_tmp: Path, harness: Any) -> Iterator[Flow]:
     db = module_tmp / "notes.sqlite"
     pack = module_tmp / "notes-approvals.yaml"
     pack.write_text(POLICY, encoding="utf-8")
-    notes = harness.Process(
-        harness.notes_http_args(db, transactional=True),
-        module_tmp / "notes.log",
-        announce="notes: listening on",
-    ).ready()
+    notes = harness.notes_http(db).ready()
     settings = {
         "waiting": {"wait_s": 30, "expires_after_s": 300},
         "immediate": {"wait_s": 0, "expires_after_s": 300},
         "expiring": {"wait_s": 30, "expires_after_s": 1},
     }
-    proxies: dict[str, Any] = {}
     notices = Notices()
     receiver = webhook_receiver(notices)
     threading.Thread(target=receiver.serve_forever, daemon=True).start()
     hook = f"http://127.0.0.1:{receiver.server_address[1]}/hooks/approvals"
     try:
-        for name, approvals in settings.items():
-            config = proxy_config(harness, module_tmp / name, notes.url, pack, hook, **approvals)
-            proxies[name] = harness.Process(
-                [harness.shadowguard, "serve", "--config", str(config)],
-                module_tmp / f"{name}.log",
-                announce="shadowguard serve: listening on",
+        configs = {
+            name: proxy_config(harness, module_tmp / name, notes.url, pack, hook, **approvals)
+            for name, approvals in settings.items()
+        }
+        with harness.shadowguard_serving(configs) as proxies:
+            yield Flow(
+                db=db,
+                proxies=proxies,
+                stores={name: module_tmp / name / "approvals.db" for name in settings},
+                audits={name: module_tmp / name / "audit.jsonl" for name in settings},
+                notices=notices,
             )
-        for process in proxies.values():
-            process.ready()
-        yield Flow(
-            db=db,
-            proxies=proxies,
-            stores={name: module_tmp / name / "approvals.db" for name in settings},
-            audits={name: module_tmp / name / "audit.jsonl" for name in settings},
-            notices=notices,
-        )
     finally:
-        for process in proxies.values():
-            assert process.stop() == 0, process.log.read_text()
         notes.stop()
         receiver.shutdown()
         receiver.server_close()
-
-
-@asynccontextmanager
-async def agent_on(harness: Any, url: str, mode: str) -> AsyncIterator[Any]:
-    async with Client(url, mode=mode, cache=None, read_timeout_seconds=90) as client:
-        yield harness.Agent(client, harness.era_agent_session(mode))
 
 
 @asynccontextmanager
@@ -195,8 +178,22 @@ def outcome_meta(result: Any) -> dict[str, Any]:
     return dict((result.meta or {})["shadowguard/outcome"])
 
 
-def store_of(flow: Flow, name: str) -> SqlApprovalStore:
-    return SqlApprovalStore(f"sqlite:///{flow.stores[name]}")
+@contextmanager
+def store_of(flow: Flow, name: str) -> Iterator[SqlApprovalStore]:
+    """The approval store of proxy ``name``, read directly (closed on exit)."""
+    store = SqlApprovalStore(f"sqlite:///{flow.stores[name]}")
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def assert_cancelled(flow: Flow, approval_id: str, because: str) -> None:
+    """The request was cancelled (in the ``immediate`` proxy's store), its reason naming ``because``."""
+    with store_of(flow, "immediate") as store:
+        cancelled = store.get(approval_id)
+    assert cancelled.state is ApprovalState.CANCELLED
+    assert cancelled.reason is not None and because in cancelled.reason, cancelled.reason
 
 
 def audit(flow: Flow, name: str) -> list[dict[str, Any]]:
@@ -265,7 +262,7 @@ async def test_approved_through_the_api_the_waiting_call_runs_once_then_commits(
     flow: Flow, harness: Any, mode: str
 ) -> None:
     proxy, note = flow.proxies["waiting"], f"{mode[:3]}-{uuid.uuid4().hex[:8]}"
-    async with agent_on(harness, proxy.url, mode) as agent, api(proxy) as http:
+    async with harness.agent_on(proxy.url, mode) as agent, api(proxy) as http:
         await committed_note(harness, flow, agent, note)
         session_id = await session_of(agent)
         results: list[Any] = []
@@ -306,14 +303,11 @@ async def test_approved_through_the_api_the_waiting_call_runs_once_then_commits(
         assert committed.structured_content == {"committed": True, "changes": 1, "violations": []}
     assert note not in harness.notes_rows(flow.db)
 
-    store = store_of(flow, "waiting")
-    try:
+    with store_of(flow, "waiting") as store:
         used = store.get(pending["id"])
         assert used.state is ApprovalState.APPROVED and used.used_at is not None and used.used_by
         assert used.decided_by == "maria" and used.reason == "Checked with the author."
         assert [e.action for e in store.history(pending["id"])] == ["requested", "approved", "used"]
-    finally:
-        store.close()
     calls = [r for r in audit(flow, "waiting") if r.get("approval_id") == pending["id"]]
     assert [(r["kind"], r.get("verdict"), r.get("approval_state")) for r in calls] == [
         ("call", "held", "pending"),
@@ -326,7 +320,7 @@ async def test_rejected_through_the_api_the_reason_reaches_the_waiting_agent(
     flow: Flow, harness: Any
 ) -> None:
     proxy, note = flow.proxies["waiting"], f"rej-{uuid.uuid4().hex[:8]}"
-    async with agent_on(harness, proxy.url, "2026-07-28") as agent, api(proxy) as http:
+    async with harness.agent_on(proxy.url, "2026-07-28") as agent, api(proxy) as http:
         await committed_note(harness, flow, agent, note)
         session_id = await session_of(agent)
         rejected, pending = await call_while_deciding(
@@ -347,7 +341,7 @@ async def test_rejected_through_the_api_the_reason_reaches_the_waiting_agent(
 
 async def test_expired_while_waiting_nothing_is_done(flow: Flow, harness: Any) -> None:
     proxy, note = flow.proxies["expiring"], f"exp-{uuid.uuid4().hex[:8]}"
-    async with agent_on(harness, proxy.url, "legacy") as agent:
+    async with harness.agent_on(proxy.url, "legacy") as agent:
         await committed_note(harness, flow, agent, note)
         expired = await agent.refused("delete_note", {"id": note})
         assert (expired["verdict"], expired["error_class"]) == ("refused", "approval_expired")
@@ -355,11 +349,8 @@ async def test_expired_while_waiting_nothing_is_done(flow: Flow, harness: Any) -
         assert "was not done" in expired["violations"][0]["message"]
         assert not (await agent.call("commit")).is_error
     assert note in harness.notes_rows(flow.db)
-    store = store_of(flow, "expiring")
-    try:
+    with store_of(flow, "expiring") as store:
         assert store.get(expired["approval_id"]).state is ApprovalState.EXPIRED
-    finally:
-        store.close()
 
 
 # -- a call that comes back approval_pending, and is sent again -----------------------------------------
@@ -368,7 +359,7 @@ async def test_expired_while_waiting_nothing_is_done(flow: Flow, harness: Any) -
 @pytest.mark.parametrize("mode", ERAS)
 async def test_pending_at_once_then_sent_again_after_approval(flow: Flow, harness: Any, mode: str) -> None:
     proxy, note = flow.proxies["immediate"], f"{mode[:3]}-{uuid.uuid4().hex[:8]}"
-    async with agent_on(harness, proxy.url, mode) as agent, api(proxy) as http:
+    async with harness.agent_on(proxy.url, mode) as agent, api(proxy) as http:
         await committed_note(harness, flow, agent, note)
         held = await agent.call("delete_note", {"id": note})
         assert held.is_error
@@ -418,7 +409,7 @@ async def test_pending_at_once_then_sent_again_after_approval(flow: Flow, harnes
 async def test_ids_that_do_not_fit_are_refused_and_nothing_is_done(flow: Flow, harness: Any) -> None:
     proxy, n = flow.proxies["immediate"], uuid.uuid4().hex[:8]
     kept, other = f"fit-{n}-a", f"fit-{n}-b"
-    async with agent_on(harness, proxy.url, "2026-07-28") as agent, api(proxy) as http:
+    async with harness.agent_on(proxy.url, "2026-07-28") as agent, api(proxy) as http:
         await committed_note(harness, flow, agent, kept)
         await committed_note(harness, flow, agent, other)
         approval_id = (await agent.refused("delete_note", {"id": kept}))["approval_id"]
@@ -439,7 +430,7 @@ async def test_ids_that_do_not_fit_are_refused_and_nothing_is_done(flow: Flow, h
             await agent.call("delete_note", {"id": kept}, meta={"shadowguard/approval": 7})
         assert bad.value.code == -32602 and "shadowguard/approval" in bad.value.message
 
-        async with agent_on(harness, proxy.url, "2026-07-28") as intruder:
+        async with harness.agent_on(proxy.url, "2026-07-28") as intruder:
             stolen = await refused(
                 intruder, "delete_note", {"id": kept}, meta={"shadowguard/approval": approval_id}
             )
@@ -458,7 +449,7 @@ async def test_a_change_set_that_moved_since_the_rehearsal_returns_to_review(
     flow: Flow, harness: Any
 ) -> None:
     proxy, note = flow.proxies["immediate"], f"moved-{uuid.uuid4().hex[:8]}"
-    async with agent_on(harness, proxy.url, "legacy") as agent, api(proxy) as http:
+    async with harness.agent_on(proxy.url, "legacy") as agent, api(proxy) as http:
         await committed_note(harness, flow, agent, note, body="as reviewed")
         first = (await agent.refused("delete_note", {"id": note}))["approval_id"]
         await decide(http, first, "approve", None)
@@ -469,15 +460,12 @@ async def test_a_change_set_that_moved_since_the_rehearsal_returns_to_review(
 
         assert moved["verdict"] == "held" and moved["approval_id"] != first
         assert "returns to review" in moved["violations"][0]["message"]
-        store = store_of(flow, "immediate")
-        try:
+        with store_of(flow, "immediate") as store:
             assert store.get(first).used_at is not None
             renewed = store.get(moved["approval_id"])
-            assert renewed.state is ApprovalState.PENDING
-            [change] = renewed.preview.changes
-            assert change.before is not None and change.before["body"] == "edited since"
-        finally:
-            store.close()
+        assert renewed.state is ApprovalState.PENDING
+        [change] = renewed.preview.changes
+        assert change.before is not None and change.before["body"] == "edited since"
         assert (await agent.json("get_note", {"id": note}))["body"] == "edited since", "not deleted"
 
         await decide(http, moved["approval_id"], "approve", None)
@@ -488,18 +476,13 @@ async def test_a_change_set_that_moved_since_the_rehearsal_returns_to_review(
 
 async def test_a_rollback_cancels_the_sessions_pending_requests(flow: Flow, harness: Any) -> None:
     proxy, note = flow.proxies["immediate"], f"cancel-{uuid.uuid4().hex[:8]}"
-    async with agent_on(harness, proxy.url, "2026-07-28") as agent:
+    async with harness.agent_on(proxy.url, "2026-07-28") as agent:
         await committed_note(harness, flow, agent, note)
         approval_id = (await agent.refused("delete_note", {"id": note}))["approval_id"]
         assert not (await agent.call("rollback")).is_error
-        store = store_of(flow, "immediate")
-        try:
-            cancelled = store.get(approval_id)
-            assert cancelled.state is ApprovalState.CANCELLED
-            assert cancelled.reason is not None and "rolled its session back" in cancelled.reason
+        assert_cancelled(flow, approval_id, "rolled its session back")
+        with store_of(flow, "immediate") as store:
             assert store.list(ApprovalQuery(states=[ApprovalState.PENDING], session_id=agent.session)) == []
-        finally:
-            store.close()
         explicit = await refused(
             agent, "delete_note", {"id": note}, meta={"shadowguard/approval": approval_id}
         )
@@ -545,17 +528,11 @@ async def test_a_client_that_can_answer_input_requests_is_asked_to_check_again(
 
 async def test_closing_the_connection_cancels_the_sessions_pending_requests(flow: Flow, harness: Any) -> None:
     proxy, note = flow.proxies["immediate"], f"closed-{uuid.uuid4().hex[:8]}"
-    async with agent_on(harness, proxy.url, "legacy") as agent:
+    async with harness.agent_on(proxy.url, "legacy") as agent:
         await committed_note(harness, flow, agent, note)
         approval_id = (await agent.refused("delete_note", {"id": note}))["approval_id"]
     # The client ended its HTTP session (DELETE /mcp): the guard session ended with it.
-    store = store_of(flow, "immediate")
-    try:
-        cancelled = store.get(approval_id)
-        assert cancelled.state is ApprovalState.CANCELLED
-        assert cancelled.reason is not None and "connection closed" in cancelled.reason
-    finally:
-        store.close()
+    assert_cancelled(flow, approval_id, "connection closed")
     assert note in harness.notes_rows(flow.db)
 
 

@@ -2,45 +2,29 @@
 the other, which runs it exactly once.
 
 Two ``shadowguard serve`` processes (A and B) relay the same notes fixture (HTTP, transactional) with a
-policy pack whose approval rule names ``delete_note``, and share a store: the local Redis (under a key
-prefix of the test's own), or PostgreSQL (under a table prefix of the test's own). The agent talks to
-A; the reviewer decides through B's approvals API. ``SHADOWGUARD_TEST_REDIS=off`` /
-``SHADOWGUARD_TEST_PG=off`` skip a backend.
+policy pack whose approval rule names ``delete_note`` (``notes_approvals_policy.yaml``), and share a
+store: the local Redis (under a key prefix of the test's own), or PostgreSQL (under a table prefix of
+the test's own). The agent talks to A; the reviewer decides through B's approvals API.
+``SHADOWGUARD_TEST_REDIS=off`` / ``SHADOWGUARD_TEST_PG=off`` skip a backend.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx2
 import pytest
-import redis
-import sqlalchemy as sa
-from mcp import Client
 
-from guard.approvals import ApprovalState, RedisApprovalStore, SqlApprovalStore, open_approval_store
+from guard.approvals import ApprovalState, open_approval_store
 from proxy.approvals.auth import hash_token
 
 pytestmark = pytest.mark.anyio
-PG_URL = os.environ.get("SHADOWGUARD_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("SHADOWGUARD_TEST_REDIS", "redis://127.0.0.1:6379/0")
 APPROVER_TOKEN = "approver-" + uuid.uuid4().hex
-POLICY = """\
-version: 1
-name: notes-approvals
-tools:
-  allow: [get_note, list_notes, put_note, delete_note]
-approvals:
-  - id: notes.delete_needs_review
-    source: {ref: "Notes handbook §3", quote: "A note is deleted only with an editor's approval."}
-    tools: [delete_note]
-"""
 
 
 @pytest.fixture(scope="module")
@@ -52,56 +36,15 @@ def anyio_backend() -> str:
 def notes(module_tmp: Path, harness: Any) -> Iterator[tuple[Any, Path, Path]]:
     """The shared upstream, its database file, and the policy pack both replicas load."""
     db = module_tmp / "notes.sqlite"
-    pack = module_tmp / "notes-approvals.yaml"
-    pack.write_text(POLICY, encoding="utf-8")
-    process = harness.Process(
-        harness.notes_http_args(db, transactional=True),
-        module_tmp / "notes.log",
-        announce="notes: listening on",
-    ).ready()
-    yield process, db, pack
+    process = harness.notes_http(db).ready()
+    yield process, db, harness.notes_approvals_policy
     process.stop()
 
 
-def _redis_url(tag: str) -> str:
-    if REDIS_URL == "off":
-        pytest.skip("Redis tests disabled with SHADOWGUARD_TEST_REDIS=off")
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        client.ping()
-    finally:
-        client.close()
-    return f"{REDIS_URL}{'&' if '?' in REDIS_URL else '?'}prefix=shadowguard-test-{tag}:"
-
-
-def _pg_url(tag: str) -> str:
-    if PG_URL == "off":
-        pytest.skip("PostgreSQL tests disabled with SHADOWGUARD_TEST_PG=off")
-    engine = sa.create_engine(sa.make_url(PG_URL).set(drivername="postgresql+psycopg"))
-    try:
-        with engine.connect():
-            pass
-    finally:
-        engine.dispose()
-    return f"{PG_URL}{'&' if '?' in PG_URL else '?'}table_prefix=t_{tag}_"
-
-
 @pytest.fixture(params=["redis", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def store_url(request: pytest.FixtureRequest) -> Iterator[str]:
+def store_url(request: pytest.FixtureRequest, approval_store_url: Callable[[str], str]) -> str:
     """A queue of the test's own on a shared server; everything under it is removed afterwards."""
-    tag = uuid.uuid4().hex[:12]
-    if request.param == "redis":
-        url = _redis_url(tag)
-        yield url
-        store = RedisApprovalStore(url)
-        store.purge()
-        store.close()
-        return
-    url = _pg_url(tag)
-    yield url
-    sql = SqlApprovalStore(url)
-    sql.drop_tables()
-    sql.close()
+    return approval_store_url(request.param)
 
 
 @pytest.fixture
@@ -109,32 +52,22 @@ def replicas(
     tmp_path: Path, harness: Any, notes: tuple[Any, Path, Path], store_url: str
 ) -> Iterator[tuple[Any, Any]]:
     upstream, _db, pack = notes
-    processes = []
-    try:
-        for name in ("a", "b"):
-            config = harness.write_config(
-                tmp_path / f"{name}.yaml",
-                [{"name": "notes", "transport": "http", "url": upstream.url, "policy": str(pack)}],
-                http={"host": "127.0.0.1", "port": 0},
-                approvals={"store": store_url, "wait_s": 60, "poll_s": 0.05},
-                auth={
-                    "reviewers": [
-                        {"name": "maria", "role": "approver", "token_sha256": hash_token(APPROVER_TOKEN)}
-                    ]
-                },
-            )
-            processes.append(
-                harness.Process(
-                    [harness.shadowguard, "serve", "--config", str(config)],
-                    tmp_path / f"{name}.log",
-                    announce="shadowguard serve: listening on",
-                )
-            )
-        a, b = (p.ready() for p in processes)
-        yield a, b
-    finally:
-        for process in processes:
-            assert process.stop() == 0, process.log.read_text()
+    configs = {
+        name: harness.write_config(
+            tmp_path / f"{name}.yaml",
+            [{"name": "notes", "transport": "http", "url": upstream.url, "policy": str(pack)}],
+            http={"host": "127.0.0.1", "port": 0},
+            approvals={"store": store_url, "wait_s": 60, "poll_s": 0.05},
+            auth={
+                "reviewers": [
+                    {"name": "maria", "role": "approver", "token_sha256": hash_token(APPROVER_TOKEN)}
+                ]
+            },
+        )
+        for name in ("a", "b")
+    }
+    with harness.shadowguard_serving(configs) as processes:
+        yield processes["a"], processes["b"]
 
 
 async def test_a_decision_through_one_replica_releases_the_call_held_by_the_other(
@@ -142,13 +75,13 @@ async def test_a_decision_through_one_replica_releases_the_call_held_by_the_othe
 ) -> None:
     a, b = replicas
     _upstream, db, _pack = notes
-    note, session = f"rep-{uuid.uuid4().hex[:8]}", f"agent-{uuid.uuid4().hex[:12]}"
+    note = f"rep-{uuid.uuid4().hex[:8]}"
     auth = {"Authorization": f"Bearer {APPROVER_TOKEN}"}
     async with (
-        Client(a.url, mode="2026-07-28", cache=None, read_timeout_seconds=90) as client,
+        harness.agent_on(a.url, "2026-07-28") as agent,
         httpx2.AsyncClient(base_url=b.base, timeout=30) as reviewer_b,
     ):
-        agent = harness.Agent(client, session)
+        session = agent.session
         await agent.ok("put_note", {"id": note, "body": "keep me", "status": "published"})
         assert not (await agent.call("commit")).is_error
         results: list[Any] = []

@@ -10,11 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
-import threading
-import time
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -22,7 +18,6 @@ from typing import Any
 
 import httpx2
 import pytest
-import uvicorn
 
 from guard.approvals import (
     Approval,
@@ -33,15 +28,10 @@ from guard.approvals import (
 )
 from guard.approvals.sql import SqlApprovalStore
 from guard.models import ChangeSet, EffectClass, PolicySource, RowChange
-from proxy.app import Recorder, create_app
 from proxy.approvals.auth import REVIEW_COOKIE, hash_token
 from proxy.approvals.diff import change_diffs
 from proxy.approvals.review import csrf_token
-from proxy.audit import AuditLog
-from proxy.config import AgentConfig, AuthConfig, ProxyConfig, ReviewerConfig
-from proxy.held import HeldCalls
-from proxy.registry import SessionRegistry
-from proxy.server import GuardProxy
+from proxy.config import AgentConfig, AuthConfig, ReviewerConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -72,17 +62,8 @@ class Site:
         return httpx2.Client(base_url=self.base, cookies=cookies, follow_redirects=False, timeout=30)
 
 
-def _free_socket() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    return sock
-
-
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    folder = tmp_path_factory.mktemp("review")
+def site(tmp_path_factory: pytest.TempPathFactory, harness: Any) -> Iterator[Site]:
     auth = AuthConfig(
         agents=[AgentConfig(name="agent-7", token_sha256=hash_token(AGENT))],
         reviewers=[
@@ -91,32 +72,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
             ReviewerConfig(name="vera", role="viewer", token_sha256=hash_token(VIEWER)),
         ],
     )
-    config = ProxyConfig(auth=auth)
-    with ExitStack() as stack:
-        store = SqlApprovalStore(f"sqlite:///{folder / 'approvals.db'}")
-        stack.callback(store.close)
-        audit_path = folder / "audit.jsonl"
-        recorder = Recorder(AuditLog(audit_path))
-        stack.callback(recorder.audit.close)
-        held = HeldCalls(store, expires_after_s=3600, wait_s=0, poll_s=0.25)
-        proxy = GuardProxy([], SessionRegistry(observer=recorder, held=held))
-        app = create_app(proxy, config, lifespan_runs_proxy=False, recorder=recorder)
-        sock = stack.enter_context(_free_socket())
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-
-        def stop() -> None:
-            server.should_exit = True
-            thread.join(timeout=60)
-
-        stack.callback(stop)
-        deadline = time.monotonic() + 60
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the review app did not start")
-            time.sleep(0.02)
-        yield Site(f"http://127.0.0.1:{sock.getsockname()[1]}", store, audit_path)
+    with harness.approvals_app(tmp_path_factory.mktemp("review"), auth) as app:
+        yield Site(app.base, app.store, app.audit_path)
 
 
 def refund_preview() -> ChangeSet:

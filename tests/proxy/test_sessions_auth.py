@@ -14,9 +14,6 @@ configured reviewers, the token command's orchestrator entry, and the OpenAPI se
 from __future__ import annotations
 
 import logging
-import socket
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,9 +24,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-import uvicorn
 import yaml
-from fastapi import FastAPI
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from typer.testing import CliRunner
@@ -61,31 +56,6 @@ ROUTES = [
     ("POST", "/api/sessions/{id}/rollback"),
 ]
 WARNING = "/api/sessions takes no token"
-
-
-class Served:
-    """An ASGI app behind a real uvicorn server on a free port, in a thread (lifespan on)."""
-
-    def __init__(self, app: FastAPI) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.base = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 60
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                self.sock.close()
-                raise RuntimeError("the test server did not start")
-            time.sleep(0.01)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=60)
-        self.sock.close()
-        assert not self.thread.is_alive(), "the test server did not stop"
 
 
 @dataclass
@@ -178,14 +148,7 @@ def listed(response: httpx2.Response) -> set[str]:
 @pytest.fixture(scope="module")
 def notes_dbs(module_tmp: Path, harness: Any) -> Iterator[dict[str, tuple[str, Path]]]:
     """Two notes fixtures over HTTP, by upstream name: (URL, database)."""
-    processes = {
-        name: harness.Process(
-            harness.notes_http_args(module_tmp / f"{name}.sqlite", transactional=True),
-            module_tmp / f"{name}.log",
-            announce="notes: listening on",
-        )
-        for name in ("notes", "other")
-    }
+    processes = {name: harness.notes_http(module_tmp / f"{name}.sqlite") for name in ("notes", "other")}
     try:
         yield {name: (p.ready().url, module_tmp / f"{name}.sqlite") for name, p in processes.items()}
     finally:
@@ -217,11 +180,8 @@ def running(
     )
     config = ProxyConfig.load(path)
     proxy, recorder = build_proxy(config)
-    served = Served(create_app(proxy, config, lifespan_runs_proxy=True, recorder=recorder))
-    try:
-        yield Proxy(served.base, proxy, {n: db for n, (_, db) in notes.items()}, harness, admin)
-    finally:
-        served.stop()
+    with harness.serving(create_app(proxy, config, lifespan_runs_proxy=True, recorder=recorder)) as base:
+        yield Proxy(base, proxy, {n: db for n, (_, db) in notes.items()}, harness, admin)
 
 
 @pytest.fixture(scope="module")
@@ -391,17 +351,8 @@ def test_an_orchestrator_sees_and_acts_on_every_session(guarded: Proxy) -> None:
     assert guarded.committed(first) and not guarded.committed(second, "other")
 
 
-def test_an_orchestrator_token_does_not_call_tools(guarded: Proxy) -> None:
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        },
-    }
+def test_an_orchestrator_token_does_not_call_tools(guarded: Proxy, harness: Any) -> None:
+    initialize = harness.initialize_request()
     with guarded.http("ops") as ops:
         response = ops.post(
             "/mcp", json=initialize, headers={"Accept": "application/json, text/event-stream"}
@@ -465,12 +416,11 @@ def test_open_when_neither_agents_nor_orchestrators(open_proxy: Proxy) -> None:
     ids=["reviewers-only", "nothing", "with-agents", "with-orchestrators"],
 )
 def test_startup_warns_when_reviewers_are_set_and_sessions_are_open(
-    auth: AuthConfig, warned: bool, caplog: pytest.LogCaptureFixture
+    auth: AuthConfig, warned: bool, caplog: pytest.LogCaptureFixture, harness: Any
 ) -> None:
     app = create_app(GuardProxy([], SessionRegistry()), ProxyConfig(auth=auth), lifespan_runs_proxy=False)
-    with caplog.at_level(logging.WARNING, logger="proxy.app"):
-        served = Served(app)
-        served.stop()
+    with caplog.at_level(logging.WARNING, logger="proxy.app"), harness.serving(app):
+        pass
     warnings = [r for r in caplog.records if r.name == "proxy.app" and WARNING in r.getMessage()]
     assert len(warnings) == (1 if warned else 0), caplog.text
     if warned:

@@ -6,17 +6,13 @@ created. ``SHADOWGUARD_TEST_PG=off`` / ``SHADOWGUARD_TEST_REDIS=off`` skip a ser
 
 from __future__ import annotations
 
-import os
 import threading
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
-import sqlalchemy as sa
 
 from guard.approvals import (
     Approval,
@@ -29,15 +25,10 @@ from guard.approvals import (
     ApprovalStore,
     ApprovalStoreUnavailable,
     CheckResult,
-    RedisApprovalStore,
-    SqlApprovalStore,
     arguments_digest,
     open_approval_store,
 )
 from guard.models import ChangeSet, EffectClass
-
-PG_URL = os.environ.get("SHADOWGUARD_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("SHADOWGUARD_TEST_REDIS", "redis://127.0.0.1:6379/0")
 
 
 class FakeClock:
@@ -57,58 +48,12 @@ class FakeClock:
             return self._now
 
 
-def _require_pg() -> None:
-    if PG_URL == "off":
-        pytest.skip("PostgreSQL tests disabled with SHADOWGUARD_TEST_PG=off")
-    engine = sa.create_engine(sa.make_url(PG_URL).set(drivername="postgresql+psycopg"))
-    try:
-        with engine.connect():
-            pass
-    except sa.exc.OperationalError as exc:
-        pytest.fail(f"PostgreSQL at {PG_URL} is not reachable (SHADOWGUARD_TEST_PG=off opts out): {exc}")
-    finally:
-        engine.dispose()
-
-
-def _require_redis() -> None:
-    if REDIS_URL == "off":
-        pytest.skip("Redis tests disabled with SHADOWGUARD_TEST_REDIS=off")
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        client.ping()
-    except redis.ConnectionError as exc:
-        pytest.fail(f"Redis at {REDIS_URL} is not reachable (SHADOWGUARD_TEST_REDIS=off opts out): {exc}")
-    finally:
-        client.close()
-
-
-def _with_query(url: str, name: str, value: str) -> str:
-    return f"{url}{'&' if '?' in url else '?'}{name}={value}"
-
-
 @pytest.fixture(
     params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres), "redis"],
 )
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+def store_url(request: pytest.FixtureRequest, approval_store_url: Callable[[str], str]) -> str:
     """A fresh, isolated store URL on one backend; whatever was created under it is removed after."""
-    tag = uuid.uuid4().hex[:12]
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'approvals.db'}"
-        return
-    if request.param == "postgresql":
-        _require_pg()
-        url = _with_query(PG_URL, "table_prefix", f"t_{tag}_")
-        yield url
-        cleanup = SqlApprovalStore(url)
-        cleanup.drop_tables()
-        cleanup.close()
-        return
-    _require_redis()
-    url = _with_query(REDIS_URL, "prefix", f"shadowguard-test-{tag}:")
-    yield url
-    cleanup_redis = RedisApprovalStore(url)
-    cleanup_redis.purge()
-    cleanup_redis.close()
+    return approval_store_url(request.param)
 
 
 @pytest.fixture
