@@ -161,15 +161,27 @@ class GuardSession:
             ),
         )
 
-    def _refuse(self, call: ToolCall, failure: ToolFailure, rule: str, hint: str) -> ToolOutcome:
-        violation = Violation(rule_id=rule, message=failure.message, hint=hint)
+    def _refuse(
+        self,
+        call: ToolCall,
+        failure: ToolFailure,
+        *,
+        effect: EffectClass = EffectClass.READ,
+        violations: Sequence[Violation] | None = None,
+    ) -> ToolOutcome:
+        """Refused before anything ran; the agent is told ``failure``. ``violations`` default to the one
+        rule ``failure`` names, with its next step."""
+        hint = failure.hint()
+        if violations is None:
+            assert failure.rule is not None
+            violations = [Violation(rule_id=failure.rule, message=failure.message, hint=hint.next_step)]
         return ToolOutcome(
             call=call,
-            effect=EffectClass.READ,
+            effect=effect,
             verdict=Verdict.REFUSED,
-            violations=[violation],
+            violations=list(violations),
             error_class=failure.error_class.value,
-            hint=failure.hint(),
+            hint=hint,
         )
 
     @staticmethod
@@ -184,40 +196,28 @@ class GuardSession:
     def _call(self, call: ToolCall, approval_id: str | None) -> ToolOutcome:
         info = self.tools.get(call.tool)
         if call.tool.startswith(RESERVED_PREFIX) or info is None:
-            hint = "Call one of the listed tools."
             unknown = NotFound(
-                f"Unknown tool: {call.tool}", tool=call.tool, rule="unknown_tool", next_step=hint
+                f"Unknown tool: {call.tool}",
+                tool=call.tool,
+                rule="unknown_tool",
+                next_step="Call one of the listed tools.",
             )
-            return self._refuse(call, unknown, "unknown_tool", hint)
+            return self._refuse(call, unknown)
         if not self.policy.allows(call.tool):
-            hint = "Use one of the tools listed for this session."
             hidden = PolicyViolation(
                 f"The tool {call.tool} is not available in this workflow.",
                 tool=call.tool,
                 rule="tool_not_allowed",
-                next_step=hint,
+                next_step="Use one of the tools listed for this session.",
             )
-            return self._refuse(call, hidden, "tool_not_allowed", hint)
+            return self._refuse(call, hidden)
         effect, _why = classify(info, call.arguments, self.policy.effect_of(call.tool))
         invalid = self.validators.check(call.tool, info.input_schema, call.arguments)
         if invalid is not None:
-            return ToolOutcome(
-                call=call,
-                effect=effect,
-                verdict=Verdict.REFUSED,
-                error_class=invalid.error_class.value,
-                hint=invalid.hint(),
-            )
+            return self._refuse(call, invalid, effect=effect, violations=[])
         before = run_checks(self.checks, self._context("before_call", call, ChangeSet()))
         if before:
-            return ToolOutcome(
-                call=call,
-                effect=effect,
-                verdict=Verdict.REFUSED,
-                violations=before,
-                error_class=ErrorClass.POLICY_VIOLATION.value,
-                hint=self._violated(before, call.tool).hint(),
-            )
+            return self._refuse(call, self._violated(before, call.tool), effect=effect, violations=before)
         rule = self.policy.approval_for(call.tool, effect, call.arguments)
         approved: Approval | None = None
         if approval_id is not None or self._needs_person(rule is not None, effect):
@@ -231,14 +231,13 @@ class GuardSession:
                 if resolution.action == "run":
                     approved = resolution.approval
             elif approval_id is not None:
-                hint = "Send the call without an approval id."
                 off = NotFound(
                     f"No approval request has the id {approval_id!r}: approvals are not enabled here.",
                     tool=call.tool,
                     rule="approval_not_found",
-                    next_step=hint,
+                    next_step="Send the call without an approval id.",
                 )
-                return self._refuse(call, off, "approval_not_found", hint)
+                return self._refuse(call, off)
         if not self.backend.transactional and approved is None:
             unrehearsed = self._hold_unrehearsed(call, effect)
             if unrehearsed is not None:
@@ -444,24 +443,18 @@ class GuardSession:
     def _approval_refused(self, call: ToolCall, effect: EffectClass, resolution: Resolution) -> ToolOutcome:
         failure, approval = resolution.failure, resolution.approval
         assert failure is not None and resolution.rule_id is not None
-        hint = failure.hint()
         violation = Violation(
             rule_id=resolution.rule_id,
             message=resolution.reason or failure.message,
-            hint=hint.next_step,
+            hint=failure.hint().next_step,
             source=approval.rule_source if approval is not None else None,
         )
-        return ToolOutcome(
-            call=call,
-            effect=effect,
-            verdict=Verdict.REFUSED,
-            violations=[violation],
-            error_class=failure.error_class.value,
-            hint=hint,
-            approval_id=approval.id if approval is not None else None,
-            approval_state=approval.state.value if approval is not None else None,
-            approval_expires_at=approval.expires_at if approval is not None else None,
-        )
+        outcome = self._refuse(call, failure, effect=effect, violations=[violation])
+        if approval is not None:
+            outcome.approval_id = approval.id
+            outcome.approval_state = approval.state.value
+            outcome.approval_expires_at = approval.expires_at
+        return outcome
 
     def _forward(self, call: ToolCall) -> Attempt[_Forwarded]:
         """One attempt in its own savepoint; a failed attempt is rolled back to it before it returns.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
@@ -295,6 +295,25 @@ def _show_text(approval: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _decide(
+    approval_id: str,
+    decision: Literal["approve", "reject"],
+    reason: str | None,
+    *,
+    as_json: bool,
+    url: str,
+    token_file: Path | None,
+) -> None:
+    """Send the decision; print the decided approval as JSON, or as one line (a rejection's with its
+    reason)."""
+    body = _api(url, token_file, "POST", f"/{approval_id}/{decision}", json={"reason": reason})
+    if as_json:
+        _echo_json(body)
+    else:
+        line = f"{body['id']}: {body['state']} by {body['decided_by']}"
+        typer.echo(line if decision == "approve" else f"{line}: {body['reason']}")
+
+
 @approvals_app.command("list")
 def approvals_list(
     state: Annotated[
@@ -352,11 +371,7 @@ def approvals_approve(
     token_file: TokenFileOption = None,
 ) -> None:
     """Approve a pending request: the held call may then run, once."""
-    body = _api(url, token_file, "POST", f"/{approval_id}/approve", json={"reason": reason})
-    if as_json:
-        _echo_json(body)
-    else:
-        typer.echo(f"{body['id']}: {body['state']} by {body['decided_by']}")
+    _decide(approval_id, "approve", reason, as_json=as_json, url=url, token_file=token_file)
 
 
 @approvals_app.command("reject")
@@ -370,11 +385,7 @@ def approvals_reject(
     token_file: TokenFileOption = None,
 ) -> None:
     """Reject a pending request; the agent is told the reason."""
-    body = _api(url, token_file, "POST", f"/{approval_id}/reject", json={"reason": reason})
-    if as_json:
-        _echo_json(body)
-    else:
-        typer.echo(f"{body['id']}: {body['state']} by {body['decided_by']}: {body['reason']}")
+    _decide(approval_id, "reject", reason, as_json=as_json, url=url, token_file=token_file)
 
 
 @approvals_app.command("token")

@@ -17,8 +17,6 @@ decision and a consumption each happen once however many replicas race for them.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -30,7 +28,6 @@ from guard.approvals.models import (
     ApprovalEvent,
     ApprovalQuery,
     ApprovalState,
-    ApprovalStoreUnavailable,
     utcnow,
 )
 from guard.approvals.transitions import Clock, TransitionStore, redact_url, to_micros
@@ -72,6 +69,8 @@ class RedisApprovalStore(TransitionStore):
     when the server cannot be reached.
     """
 
+    _unreachable = (redis.ConnectionError, redis.TimeoutError)
+
     def __init__(self, url: str, *, clock: Clock = utcnow) -> None:
         super().__init__(clock)
         self.url = redact_url(url)
@@ -83,12 +82,8 @@ class RedisApprovalStore(TransitionStore):
         except ValueError as exc:
             raise ValueError(f"approval store {self.url}: {exc}") from exc
         self._swap_script = self._redis.register_script(_SWAP)
-        try:
-            with self._unavailable("open"):
-                self._redis.ping()
-        except BaseException:
-            self._redis.close()
-            raise
+        with self._opening():
+            self._redis.ping()
 
     def close(self) -> None:
         self._redis.close()
@@ -221,14 +216,6 @@ class RedisApprovalStore(TransitionStore):
 
     def _state_index(self, state: ApprovalState) -> str:
         return self._key(f"idx:state:{state.value}")
-
-    @contextmanager
-    def _unavailable(self, doing: str) -> Iterator[None]:
-        """Turn a lost connection or unreachable server into :class:`ApprovalStoreUnavailable`."""
-        try:
-            yield
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise ApprovalStoreUnavailable(f"cannot {doing} the approval store {self.url}: {exc}") from exc
 
 
 def _matches(approval: Approval, query: ApprovalQuery, states: set[str] | None) -> bool:

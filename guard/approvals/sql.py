@@ -13,8 +13,6 @@ busy timeout, so several processes can share one file.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +23,6 @@ from guard.approvals.models import (
     ApprovalEvent,
     ApprovalQuery,
     ApprovalState,
-    ApprovalStoreUnavailable,
     utcnow,
 )
 from guard.approvals.transitions import Clock, TransitionStore, to_micros
@@ -83,20 +80,18 @@ class SqlApprovalStore(TransitionStore):
     database cannot be reached or the tables cannot be created.
     """
 
+    _unreachable = (sa.exc.OperationalError, sa.exc.InterfaceError)
+
     def __init__(self, url: str, *, clock: Clock = utcnow, base_dir: Path | None = None) -> None:
         super().__init__(clock)
         parsed, self.table_prefix, self.url = _parse(url, base_dir)
         self._metadata, self._approvals, self._events_table = _tables(self.table_prefix)
         self._engine = _engine(parsed)
         self._writer = self._engine.execution_options(**{_WRITE: True})
-        try:
-            with self._unavailable("open"), self._writer.begin() as conn:
-                if self._engine.dialect.name == "postgresql":
-                    conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_PG_CREATE_LOCK)))
-                self._metadata.create_all(conn, checkfirst=True)
-        except BaseException:
-            self._engine.dispose()
-            raise
+        with self._opening(), self._writer.begin() as conn:
+            if self._engine.dialect.name == "postgresql":
+                conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_PG_CREATE_LOCK)))
+            self._metadata.create_all(conn, checkfirst=True)
 
     def close(self) -> None:
         self._engine.dispose()
@@ -192,16 +187,10 @@ class SqlApprovalStore(TransitionStore):
             "data": event.model_dump_json(),
         }
 
-    @contextmanager
-    def _unavailable(self, doing: str) -> Iterator[None]:
-        """Turn a lost connection or unreachable server into :class:`ApprovalStoreUnavailable`."""
-        try:
-            yield
-        except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
-            cause = str(exc.orig) if exc.orig is not None else str(exc)
-            raise ApprovalStoreUnavailable(
-                f"cannot {doing} the approval store {self.url}: {' '.join(cause.split())}"
-            ) from exc
+    @staticmethod
+    def _cause(exc: Exception) -> str:
+        orig = getattr(exc, "orig", None)
+        return " ".join(str(exc if orig is None else orig).split())
 
 
 def _parse(url: str, base_dir: Path | None) -> tuple[sa.URL, str, str]:

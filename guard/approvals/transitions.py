@@ -15,8 +15,10 @@ that still matches the swap's conditions is exactly the one that was read.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from typing import ClassVar
 from urllib.parse import urlsplit, urlunsplit
 
 from guard.approvals.models import (
@@ -27,6 +29,7 @@ from guard.approvals.models import (
     ApprovalQuery,
     ApprovalRequest,
     ApprovalState,
+    ApprovalStoreUnavailable,
 )
 
 Clock = Callable[[], datetime]
@@ -64,6 +67,11 @@ def redact_url(url: str) -> str:
 class TransitionStore(ABC):
     """The :class:`~guard.approvals.models.ApprovalStore` protocol on top of a backend's atomic swap."""
 
+    url: str
+    """The store's URL without its password (for messages)."""
+    _unreachable: ClassVar[tuple[type[Exception], ...]]
+    """The backend's errors that mean a lost connection or an unreachable server."""
+
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
         self._listeners: list[TransitionListener] = []
@@ -78,6 +86,38 @@ class TransitionStore(ABC):
     def _carried_out(self, event: ApprovalEvent, after: Approval) -> None:
         for listener in self._listeners:
             listener(event, after)
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the backend's connections."""
+
+    # -- backend access ----------------------------------------------------------------------------
+
+    @contextmanager
+    def _opening(self) -> Iterator[None]:
+        """Wrap a new store's first access: the backend unreachable is :class:`ApprovalStoreUnavailable`,
+        and on any failure the store is closed before the error leaves the constructor."""
+        try:
+            with self._unavailable("open"):
+                yield
+        except BaseException:
+            self.close()
+            raise
+
+    @contextmanager
+    def _unavailable(self, doing: str) -> Iterator[None]:
+        """Turn a lost connection or unreachable server into :class:`ApprovalStoreUnavailable`."""
+        try:
+            yield
+        except self._unreachable as exc:
+            raise ApprovalStoreUnavailable(
+                f"cannot {doing} the approval store {self.url}: {self._cause(exc)}"
+            ) from exc
+
+    @staticmethod
+    def _cause(exc: Exception) -> str:
+        """What went wrong, for :meth:`_unavailable`'s message."""
+        return str(exc)
 
     # -- backend primitives ------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Coroutine, Mapping
+from functools import partial
 from typing import Annotated, Any, Literal
 
 import anyio.to_thread
@@ -285,44 +286,29 @@ async def decide(
         "shadowguard.approval.decision": "approved" if approve else "rejected",
     }
     with telemetry.span("shadowguard.approval.decide", **attributes):
-        decided = await _decide(store, audit, who, approval_id, approve=approve, reason=reason)
+        require_approver(who)
+        if reason is not None and (re.search(_REASON, reason) is None or len(reason) > MAX_REASON):
+            raise ValueError(f"a reason must say something, in at most {MAX_REASON} characters")
+        if not approve and reason is None:
+            raise ValueError("a rejection needs a reason: the agent is told why")
+        current = await anyio.to_thread.run_sync(store.get, approval_id)
+        check_not_own(who, current.principal)
+        decided = await anyio.to_thread.run_sync(
+            partial(store.decide, approval_id, approve=approve, reviewer=who.name, reason=reason)
+        )
+        audit.record_approval_decision(
+            approval_id=decided.id,
+            session_id=decided.session_id,
+            principal=decided.principal,
+            tool=decided.tool,
+            reviewer=who.name,
+            role=who.role,
+            decision="approve" if approve else "reject",
+            reason=reason,
+            arguments_digest=decided.arguments_digest,
+            at=decided.decided_at if decided.decided_at is not None else decided.created_at,
+        )
     telemetry.record_approval_decided(decided)
-    return decided
-
-
-async def _decide(
-    store: ApprovalStore,
-    audit: AuditLog,
-    who: Reviewer,
-    approval_id: str,
-    *,
-    approve: bool,
-    reason: str | None,
-) -> Approval:
-    require_approver(who)
-    if reason is not None and (re.search(_REASON, reason) is None or len(reason) > MAX_REASON):
-        raise ValueError(f"a reason must say something, in at most {MAX_REASON} characters")
-    if not approve and reason is None:
-        raise ValueError("a rejection needs a reason: the agent is told why")
-    current = await anyio.to_thread.run_sync(store.get, approval_id)
-    check_not_own(who, current.principal)
-
-    def decide() -> Approval:
-        return store.decide(approval_id, approve=approve, reviewer=who.name, reason=reason)
-
-    decided = await anyio.to_thread.run_sync(decide)
-    audit.record_approval_decision(
-        approval_id=decided.id,
-        session_id=decided.session_id,
-        principal=decided.principal,
-        tool=decided.tool,
-        reviewer=who.name,
-        role=who.role,
-        decision="approve" if approve else "reject",
-        reason=reason,
-        arguments_digest=decided.arguments_digest,
-        at=decided.decided_at if decided.decided_at is not None else decided.created_at,
-    )
     return decided
 
 

@@ -1,8 +1,9 @@
 """The approval queue's metrics and spans, read from real ``shadowguard serve`` processes.
 
 Behind every proxy is the notes fixture over HTTP (transaction extension) with a policy pack whose
-approval rule names ``delete_note``. Each proxy has its own SQLite approval store, sweeps it every
-0.2 s, prints its spans to its log (the console exporter) and is read through ``GET /metrics``:
+approval rule names ``delete_note`` (``notes_approvals_policy.yaml``). Each proxy has its own SQLite
+approval store, sweeps it every 0.2 s, prints its spans to its log (the console exporter) and is read
+through ``GET /metrics``:
 
 * ``waiting``: ``wait_s`` 30, requests expire after 300 s; decisions through the API release the
   waiting call; webhook notices go to a receiver that takes them;
@@ -34,7 +35,6 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from mcp import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from guard.approvals import (
@@ -53,16 +53,6 @@ from proxy.approvals.auth import hash_token
 pytestmark = pytest.mark.anyio
 APPROVER_TOKEN = "approver-" + uuid.uuid4().hex
 VIEWER_TOKEN = "viewer-" + uuid.uuid4().hex
-POLICY = """\
-version: 1
-name: notes-approval-metrics
-tools:
-  allow: [get_note, list_notes, put_note, delete_note]
-approvals:
-  - id: notes.delete_needs_review
-    source: {ref: "Notes handbook §3", quote: "A note is deleted only with an editor's approval."}
-    tools: [delete_note]
-"""
 TIMEOUT_S = 60.0
 ERA = "2026-07-28"
 
@@ -134,13 +124,7 @@ class Rig:
 @pytest.fixture(scope="module")
 def rig(module_tmp: Path, harness: Any) -> Iterator[Rig]:
     db = module_tmp / "notes.sqlite"
-    pack = module_tmp / "notes-approval-metrics.yaml"
-    pack.write_text(POLICY, encoding="utf-8")
-    notes = harness.Process(
-        harness.notes_http_args(db, transactional=True),
-        module_tmp / "notes.log",
-        announce="notes: listening on",
-    ).ready()
+    notes = harness.notes_http(db).ready()
     taking, failing = Receiver(204), Receiver(500)
     hooks = {"taking": taking.start(), "failing": failing.start()}
     settings = {
@@ -148,54 +132,46 @@ def rig(module_tmp: Path, harness: Any) -> Iterator[Rig]:
         "sweeping": ({"wait_s": 0, "expires_after_s": 1}, "failing"),
         "expiring": ({"wait_s": 30, "expires_after_s": 1}, "taking"),
     }
-    proxies: dict[str, Any] = {}
     try:
-        for name, (approvals, hook) in settings.items():
-            folder = module_tmp / name
-            folder.mkdir()
-            config = harness.write_config(
-                folder / "proxy.yaml",
-                [{"name": "notes", "transport": "http", "url": notes.url, "policy": str(pack)}],
-                http={"host": "127.0.0.1", "port": 0},
-                audit={"path": "audit.jsonl"},
-                telemetry={"exporter": "console"},
-                approvals={"store": "sqlite:///approvals.db", "poll_s": 0.05, "sweep_s": 0.2, **approvals},
-                webhook={"url": hooks[hook], "max_attempts": 2},
-                auth={
-                    "reviewers": [
-                        {"name": "maria", "role": "approver", "token_sha256": hash_token(APPROVER_TOKEN)},
-                        {"name": "victor", "role": "viewer", "token_sha256": hash_token(VIEWER_TOKEN)},
-                    ]
-                },
+        configs = {
+            name: proxy_config(harness, module_tmp / name, notes.url, hooks[hook], **approvals)
+            for name, (approvals, hook) in settings.items()
+        }
+        with harness.shadowguard_serving(configs) as proxies:
+            yield Rig(
+                db=db,
+                proxies=proxies,
+                stores={name: module_tmp / name / "approvals.db" for name in settings},
+                failing=failing,
             )
-            proxies[name] = harness.Process(
-                [harness.shadowguard, "serve", "--config", str(config)],
-                module_tmp / f"{name}.log",
-                announce="shadowguard serve: listening on",
-            )
-        for process in proxies.values():
-            process.ready()
-        yield Rig(
-            db=db,
-            proxies=proxies,
-            stores={name: module_tmp / name / "approvals.db" for name in settings},
-            failing=failing,
-        )
     finally:
-        for process in proxies.values():
-            assert process.stop() == 0, process.log.read_text()
         notes.stop()
         taking.stop()
         failing.stop()
 
 
+def proxy_config(harness: Any, folder: Path, url: str, hook: str, **approvals: Any) -> Path:
+    """A proxy on ``url`` with the notes approvals pack, its spans on the console, its store swept every
+    0.2 s, its notices sent to ``hook`` (two attempts)."""
+    folder.mkdir()
+    return harness.write_config(
+        folder / "proxy.yaml",
+        [{"name": "notes", "transport": "http", "url": url, "policy": str(harness.notes_approvals_policy)}],
+        http={"host": "127.0.0.1", "port": 0},
+        audit={"path": "audit.jsonl"},
+        telemetry={"exporter": "console"},
+        approvals={"store": "sqlite:///approvals.db", "poll_s": 0.05, "sweep_s": 0.2, **approvals},
+        webhook={"url": hook, "max_attempts": 2},
+        auth={
+            "reviewers": [
+                {"name": "maria", "role": "approver", "token_sha256": hash_token(APPROVER_TOKEN)},
+                {"name": "victor", "role": "viewer", "token_sha256": hash_token(VIEWER_TOKEN)},
+            ]
+        },
+    )
+
+
 # -- helpers --------------------------------------------------------------------------------------------
-
-
-@asynccontextmanager
-async def agent_on(harness: Any, proxy: Any) -> AsyncIterator[Any]:
-    async with Client(proxy.url, mode=ERA, cache=None, read_timeout_seconds=90) as client:
-        yield harness.Agent(client, harness.era_agent_session(ERA))
 
 
 @asynccontextmanager
@@ -328,7 +304,7 @@ async def test_an_approved_waiting_call_is_requested_decided_timed_used_and_trac
     rig: Rig, harness: Any
 ) -> None:
     proxy, note = rig.proxies["waiting"], f"ok-{uuid.uuid4().hex[:8]}"
-    async with agent_on(harness, proxy) as agent, api(proxy) as http:
+    async with harness.agent_on(proxy.url, ERA) as agent, api(proxy) as http:
         session_id = await committed_note(harness, rig, agent, note)
         before = await scrape(http)
         pending: dict[str, Any] = {}
@@ -382,7 +358,7 @@ async def test_an_approved_waiting_call_is_requested_decided_timed_used_and_trac
 
 async def test_a_rejected_waiting_call_is_decided_and_timed_not_finished(rig: Rig, harness: Any) -> None:
     proxy, note = rig.proxies["waiting"], f"no-{uuid.uuid4().hex[:8]}"
-    async with agent_on(harness, proxy) as agent, api(proxy) as http:
+    async with harness.agent_on(proxy.url, ERA) as agent, api(proxy) as http:
         session_id = await committed_note(harness, rig, agent, note)
         before = await scrape(http)
         pending: dict[str, Any] = {}
@@ -418,7 +394,7 @@ async def test_a_call_whose_changes_moved_returns_to_review_then_is_used(rig: Ri
     """Approved, but the note changed since the rehearsal: the approval is consumed, the call undone and
     asked again (returned_to_review); the second approval runs it (used). Each counted once."""
     proxy, note = rig.proxies["waiting"], f"moved-{uuid.uuid4().hex[:8]}"
-    async with agent_on(harness, proxy) as agent, api(proxy) as http:
+    async with harness.agent_on(proxy.url, ERA) as agent, api(proxy) as http:
         session_id = await committed_note(harness, rig, agent, note)
         before = await scrape(http)
         ids: list[str] = []
@@ -454,7 +430,7 @@ async def test_a_call_whose_changes_moved_returns_to_review_then_is_used(rig: Ri
 
 async def test_a_rollback_while_the_call_waits_cancels_the_request(rig: Rig, harness: Any) -> None:
     proxy, note = rig.proxies["waiting"], f"cancel-{uuid.uuid4().hex[:8]}"
-    async with agent_on(harness, proxy) as agent, api(proxy) as http:
+    async with harness.agent_on(proxy.url, ERA) as agent, api(proxy) as http:
         session_id = await committed_note(harness, rig, agent, note)
         before = await scrape(http)
         pending: dict[str, Any] = {}
@@ -487,7 +463,7 @@ async def test_a_request_nobody_reads_is_expired_by_the_sweep_and_its_failed_not
     rig: Rig, harness: Any
 ) -> None:
     proxy, note = rig.proxies["sweeping"], f"swept-{uuid.uuid4().hex[:8]}"
-    async with agent_on(harness, proxy) as agent, api(proxy) as http:
+    async with harness.agent_on(proxy.url, ERA) as agent, api(proxy) as http:
         await committed_note(harness, rig, agent, note)
         before = await scrape(http)
         held = await agent.refused("delete_note", {"id": note})
@@ -526,7 +502,7 @@ async def test_an_expiry_the_waiting_call_and_the_sweep_both_look_for_is_counted
     rig: Rig, harness: Any
 ) -> None:
     proxy, note = rig.proxies["expiring"], f"exp-{uuid.uuid4().hex[:8]}"
-    async with agent_on(harness, proxy) as agent, api(proxy) as http:
+    async with harness.agent_on(proxy.url, ERA) as agent, api(proxy) as http:
         await committed_note(harness, rig, agent, note)
         before = await scrape(http)
         expired = await agent.refused("delete_note", {"id": note})
