@@ -44,6 +44,7 @@ from guard.models import (
     CommitOutcome,
     EffectClass,
     ErrorHint,
+    PolicySource,
     ToolCall,
     ToolOutcome,
     Verdict,
@@ -238,10 +239,20 @@ class GuardSession:
                     next_step="Send the call without an approval id.",
                 )
                 return self._refuse(call, off)
-        if not self.backend.transactional and approved is None:
-            unrehearsed = self._hold_unrehearsed(call, effect)
-            if unrehearsed is not None:
-                return unrehearsed
+        if (
+            approved is None
+            and not self.backend.transactional
+            and self._needs_person(rule is not None, effect)
+        ):
+            # Forwarding is doing on a backend that cannot roll back: hold before it is sent.
+            return self._hold(
+                call,
+                effect,
+                rule.id if rule is not None else "irreversible_unrehearsed",
+                rule.source if rule is not None else None,
+                ChangeSet(),
+                rehearsed=False,
+            )
 
         override = self.policy.retry_for(call.tool)
         idempotent = info.annotations.get("idempotentHint") is True
@@ -304,15 +315,8 @@ class GuardSession:
         if approved is not None and approved.rehearsed and not same_changes(changes, approved.preview):
             # The world moved since the rehearsal: what would be kept is not what the reviewer saw.
             self.backend.rollback_to(savepoint)
-            assert self.gate is not None
-            again = self.gate.request(
-                call,
-                effect=effect,
-                rule_id=approved.rule_id,
-                rule_source=approved.rule_source,
-                preview=changes,
-                rehearsed=True,
-                checks=self._passed_checks(call.tool, ("before_call", "after_call")),
+            again = self._request(
+                call, effect, approved.rule_id, approved.rule_source, changes, rehearsed=True
             )
             differs = (
                 f"Run under approval {approved.id}, {call.tool} would change something other than what "
@@ -323,32 +327,13 @@ class GuardSession:
             # Rehearsal only: the preview is kept on the outcome, the state is not (no lock is held
             # while a person decides; the approved call is executed again for real).
             self.backend.rollback_to(savepoint)
-            if self.gate is not None:
-                request = self.gate.request(
-                    call,
-                    effect=effect,
-                    rule_id=rule.id,
-                    rule_source=rule.source,
-                    preview=changes,
-                    rehearsed=True,
-                    checks=self._passed_checks(call.tool, ("before_call", "after_call")),
-                )
-                return self._held(call, effect, request, changes, retries=retries, attempts=attempts)
-            held = Violation(
-                rule_id=rule.id,
-                message=f"{call.tool} needs a human approval before it runs.",
-                hint="The request was held and nothing was changed; tell the user it awaits approval.",
-                source=rule.source,
-            )
-            return ToolOutcome(
-                call=call,
-                effect=effect,
-                verdict=Verdict.HELD,
-                result=None,
-                changes=changes,
-                violations=[held],
-                error_class=ErrorClass.APPROVAL_PENDING.value,
-                hint=ApprovalPending(held.message, tool=call.tool, rule=rule.id).hint(),
+            return self._hold(
+                call,
+                effect,
+                rule.id,
+                rule.source,
+                changes,
+                rehearsed=True,
                 retries=retries,
                 attempts=attempts,
             )
@@ -512,40 +497,65 @@ class GuardSession:
             self.observer.attempt_failed(call, record, attempt.failure.source)
         return record
 
-    def _hold_unrehearsed(self, call: ToolCall, effect: EffectClass) -> ToolOutcome | None:
-        """On a backend that cannot roll back, forwarding is doing: hold what needs a person first.
-
-        An irreversible call, or one an approval rule matches, is held before it is forwarded;
-        there is no rehearsal, so the outcome carries no change preview.
-        """
-        approval = self.policy.approval_for(call.tool, effect, call.arguments)
-        if approval is None and effect is not EffectClass.IRREVERSIBLE:
-            return None
-        if self.gate is not None:
-            request = self.gate.request(
-                call,
-                effect=effect,
-                rule_id=approval.id if approval is not None else "irreversible_unrehearsed",
-                rule_source=approval.source if approval is not None else None,
-                preview=ChangeSet(),
-                rehearsed=False,
-                checks=self._passed_checks(call.tool, ("before_call",)),
-            )
-            return self._held(call, effect, request, ChangeSet())
-        held = Violation(
-            rule_id=approval.id if approval is not None else "irreversible_unrehearsed",
-            message=f"{call.tool} needs a human approval before it runs.",
-            hint="The request was held and nothing was sent; tell the user it awaits approval.",
-            source=approval.source if approval is not None else None,
+    def _request(
+        self,
+        call: ToolCall,
+        effect: EffectClass,
+        rule_id: str,
+        source: PolicySource | None,
+        preview: ChangeSet,
+        *,
+        rehearsed: bool,
+    ) -> Approval:
+        """Queue ``call`` with the gate; the reviewer sees the checks it passed to get this far."""
+        assert self.gate is not None
+        phases: tuple[Phase, ...] = ("before_call", "after_call") if rehearsed else ("before_call",)
+        return self.gate.request(
+            call,
+            effect=effect,
+            rule_id=rule_id,
+            rule_source=source,
+            preview=preview,
+            rehearsed=rehearsed,
+            checks=self._passed_checks(call.tool, phases),
         )
-        pending = ApprovalPending(held.message, tool=call.tool, rule=held.rule_id)
+
+    def _hold(
+        self,
+        call: ToolCall,
+        effect: EffectClass,
+        rule_id: str,
+        source: PolicySource | None,
+        preview: ChangeSet,
+        *,
+        rehearsed: bool,
+        retries: int = 0,
+        attempts: Sequence[AttemptRecord] = (),
+    ) -> ToolOutcome:
+        """Hold a call for a person: queued with the gate, or (no gate) held with nothing queued.
+
+        A rehearsed call ran and was rolled back (nothing changed); an unrehearsed one was never sent.
+        """
+        if self.gate is not None:
+            request = self._request(call, effect, rule_id, source, preview, rehearsed=rehearsed)
+            return self._held(call, effect, request, preview, retries=retries, attempts=attempts)
+        nothing = "changed" if rehearsed else "sent"
+        held = Violation(
+            rule_id=rule_id,
+            message=f"{call.tool} needs a human approval before it runs.",
+            hint=f"The request was held and nothing was {nothing}; tell the user it awaits approval.",
+            source=source,
+        )
         return ToolOutcome(
             call=call,
             effect=effect,
             verdict=Verdict.HELD,
+            changes=preview,
             violations=[held],
-            error_class=pending.error_class.value,
-            hint=pending.hint(),
+            error_class=ErrorClass.APPROVAL_PENDING.value,
+            hint=ApprovalPending(held.message, tool=call.tool, rule=rule_id).hint(),
+            retries=retries,
+            attempts=list(attempts),
         )
 
     # -- commit / rollback ----------------------------------------------------------------------
