@@ -39,11 +39,10 @@ from guard.approvals.models import (
     ApprovalState,
     ApprovalStore,
     ApprovalStoreError,
-    CheckResult,
     utcnow,
 )
 from guard.approvals.transitions import TransitionStore
-from guard.models import ChangeSet, EffectClass, PolicySource, ToolCall
+from guard.models import ToolCall
 from proxy import telemetry
 from proxy.upstreams import Upstream
 
@@ -271,46 +270,23 @@ class CountedGate(ApprovalGate):
     (:meth:`take_requested`), which is when a consumed approval not returned to review counts as used.
     """
 
-    _running: Approval | None = None
-    """The approval the call being guarded runs under, until the call ends."""
+    _running_since: int | None = None
+    """While a call runs under a consumed approval: how many requests the gate held when it began.
+    A request made after that mark is the call returning to review (the only request a run can make)."""
 
     def resolve(self, call: ToolCall, approval_id: str | None = None) -> Resolution:
         self._settle()
         resolution = super().resolve(call, approval_id)
         if resolution.action == "run":
-            self._running = resolution.approval
+            self._running_since = len(self.requested)
         return resolution
-
-    def request(
-        self,
-        call: ToolCall,
-        *,
-        effect: EffectClass,
-        rule_id: str,
-        rule_source: PolicySource | None,
-        preview: ChangeSet,
-        rehearsed: bool,
-        checks: Sequence[CheckResult] = (),
-    ) -> Approval:
-        approval = super().request(
-            call,
-            effect=effect,
-            rule_id=rule_id,
-            rule_source=rule_source,
-            preview=preview,
-            rehearsed=rehearsed,
-            checks=checks,
-        )
-        if self._running is not None:
-            self._running = None
-            telemetry.record_approval_finished("returned_to_review")
-        return approval
 
     def take_requested(self) -> list[Approval]:
         self._settle()
         return super().take_requested()
 
     def _settle(self) -> None:
-        if self._running is not None:
-            self._running = None
-            telemetry.record_approval_finished("used")
+        if self._running_since is not None:
+            returned = len(self.requested) > self._running_since
+            self._running_since = None
+            telemetry.record_approval_finished("returned_to_review" if returned else "used")
