@@ -617,3 +617,14 @@ def replay_command(
         line += f" faults {totals['faults']} retries {totals['retries']} failed-calls {totals['failed']}"
         line += f" changes-accounted {totals['accounted']}/{n}" if mode == "guard" else ""
     print(line)
+
+
+def _mount_campaign() -> None:
+    """``bench run`` (benchmark.campaign.cli), ``bench agg|sbs|report`` (benchmark.campaign.analysis_cli)."""
+    from benchmark.campaign import analysis_cli, cli
+
+    cli.register(bench_app)
+    analysis_cli.register(bench_app)
+
+
+_mount_campaign()

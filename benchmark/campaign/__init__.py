@@ -1,0 +1,1 @@
+"""Lift campaigns: agents × arms × repeats over the benchmark tasks, their results and their analysis."""
