@@ -39,12 +39,14 @@ from benchmark.campaign.results import ResultsError, iter_results
 from benchmark.campaign.runner import (
     REVIEWERS,
     RUBRICS_NOT_JUDGED,
+    AttemptSummary,
     CampaignConfig,
     Tally,
     UnitKey,
     Worker,
     digest_file,
     run_units,
+    summary_of,
 )
 from benchmark.envs import DOMAINS, EnvError
 from guard.faults import FaultPlan, FaultSpecError
@@ -91,9 +93,9 @@ def _row_key(metadata: dict[str, Any], uid: str) -> RowKey | None:
     return (uid, trajectory if isinstance(trajectory, str) else None, rep, arm)
 
 
-def _resume(out: Path, config: CampaignConfig) -> tuple[list[str], set[RowKey]]:
-    """The lines of ``out`` to keep and their keys; rows of another agent or seed are an error."""
-    keep: list[str] = []
+def _resume(out: Path, config: CampaignConfig) -> tuple[list[AttemptSummary], set[RowKey]]:
+    """The rows of ``out`` to keep and their keys; rows of another agent or seed are an error."""
+    keep: list[AttemptSummary] = []
     keys: set[RowKey] = set()
     lines = out.read_text(encoding="utf-8").split("\n")
     for number, row in iter_results(out, allow_torn_tail=True):
@@ -109,7 +111,7 @@ def _resume(out: Path, config: CampaignConfig) -> tuple[list[str], set[RowKey]]:
         if row.is_system_error or key in keys:
             continue
         keys.add(key)
-        keep.append(lines[number - 1])
+        keep.append(summary_of(row, lines[number - 1]))
     return keep, keys
 
 
@@ -162,7 +164,7 @@ def _run_metadata(
         "versions": _versions(),
         "run_start_dt": started.isoformat(),
         "run_duration (sec)": round(duration, 3),
-        "attempts_this_run": sum(tally.attempts.values()),
+        "attempts_in_file": sum(tally.attempts.values()),
     }
 
 
@@ -272,12 +274,16 @@ def register(app: typer.Typer) -> None:
         total = sum(len(a) for _, a in jobs)
         if resume and out.exists():
             tmp = out.with_name(out.name + ".tmp")
-            tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            tmp.write_text("".join(s.line + "\n" for s in kept), encoding="utf-8")
             os.replace(tmp, out)
         tally = Tally(chosen_arms)
+        for summary in kept:
+            if summary.arm in chosen_arms:
+                tally.add(summary)
         started_at = datetime.now(UTC)
         started = time.perf_counter()
         interrupted = False
+        ran = 0
         console.print(
             f"{agent}: {len(selected)} tasks × {repeat} repeats × {len(chosen_arms)} arms: "
             f"{total} attempts to run" + (f" ({len(kept)} kept from {out})" if kept else ""),
@@ -302,6 +308,7 @@ def register(app: typer.Typer) -> None:
             try:
                 for rows in run_units(config, jobs, workers, worker=probe if workers == 1 else None):
                     for summary in rows:
+                        ran += 1
                         sink.write(summary.line + "\n")
                         tally.add(summary)
                     sink.flush()
@@ -314,7 +321,7 @@ def register(app: typer.Typer) -> None:
         meta["interrupted"] = interrupted
         meta_path.write_text(yaml.safe_dump(meta, sort_keys=False, allow_unicode=True), encoding="utf-8")
         probe.close()
-        done_n = sum(tally.attempts.values())
+        done_n = ran
         console.print(
             f"{done_n} attempts in {duration:.1f} s ({done_n / duration if duration else 0:.1f} attempts/s); "
             f"rows: {out}; run metadata: {meta_path}",

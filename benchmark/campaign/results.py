@@ -180,6 +180,9 @@ class CampaignFacts(BaseModel):
     arm: str
     agent: str
     seed: int
+    """The campaign's ``--seed``."""
+    attempt_seed: int | None = None
+    """The unit's seed, from (seed, uid, trajectory, repetition): its faults and retry jitter."""
     outcome: Outcome | None = None
     """None for a system-error row."""
     judge: dict[str, Any] = Field(default_factory=dict)

@@ -56,6 +56,7 @@ from benchmark.campaign.results import (
     TestResult,
     TestTags,
     ToolResponse,
+    passed,
 )
 from benchmark.envs import Database, Domain, Environment, load_domain
 from benchmark.envs.hashing import state_delta
@@ -71,7 +72,7 @@ from benchmark.tasks import BenchData, Task, resolve_data
 from guard.approvals.gate import ApprovalGate, policy_version
 from guard.approvals.sql import SqlApprovalStore
 from guard.faults import FaultInjector, FaultPlan
-from guard.models import Verdict
+from guard.models import ToolOutcome, Verdict
 from guard.policy import EMPTY, PolicyPack
 from guard.retry import DEFAULT_BUDGETS, RetryPolicy, VirtualClock
 from guard.session import Executor, GuardSession, ToolResult
@@ -120,6 +121,22 @@ class AttemptSummary:
     outcome: Outcome | None
     system_error: bool
     line: str
+
+
+def summary_of(row: DecodeResult, line: str) -> AttemptSummary:
+    """The summary of a row read back from a results file (``--resume``)."""
+    md = row.metadata
+    trajectory = md.get("trajectory")
+    return AttemptSummary(
+        row.uid,
+        trajectory if isinstance(trajectory, str) else None,
+        int(md["repetition"]),
+        str(md["arm"]),
+        passed(row),
+        md.get("outcome"),
+        row.is_system_error,
+        line,
+    )
 
 
 def unit_seed(seed: int, key: UnitKey) -> int:
@@ -171,6 +188,8 @@ class GuardedTools:
         self.reviewer = reviewer
         self.gate = gate
         self.decisions: Counter[str] = Counter()
+        self.final: list[ToolOutcome] = []
+        """The outcome the agent was answered with, per call (a held call's approved re-run, if any)."""
 
     def call(self, name: str, arguments: Mapping[str, Any]) -> ToolReply:
         from proxy.server import render_outcome
@@ -191,6 +210,7 @@ class GuardedTools:
             )
             self.decisions["approved" if approve else "rejected"] += 1
             outcome = self.session.call(name, arguments, approval_id=outcome.approval_id)
+        self.final.append(outcome)
         rendered = render_outcome(outcome, None, self.session.session_id)
         text = "\n".join(block.text for block in rendered.content if block.type == "text")
         is_error = outcome.verdict is not Verdict.ALLOWED or (
@@ -396,9 +416,7 @@ class Worker:
                 "rejected": tools.decisions["rejected"],
                 "pending": sum(1 for i in requested if gate.store.get(i).state.value == "pending"),
             }
-        stops = [
-            o for o in session.outcomes if o.verdict in (Verdict.REFUSED, Verdict.ROLLED_BACK, Verdict.HELD)
-        ]
+        stops = [o for o in tools.final if o.verdict in (Verdict.REFUSED, Verdict.ROLLED_BACK, Verdict.HELD)]
         facts.intervened = bool(stops) or facts.commit_refused
         if stops:
             first = stops[0]
@@ -467,7 +485,8 @@ class Worker:
             repetition=key.repetition,
             arm=arm.name,
             agent=self.agent.name,
-            seed=seed,
+            seed=self.config.seed,
+            attempt_seed=seed,
             outcome=outcome,
             judge=judge,
             guard=guard,
@@ -503,7 +522,8 @@ class Worker:
     def _error_row(self, task: Task, key: UnitKey, arm: Arm, seed: int, exc: BaseException) -> AttemptSummary:
         metadata = self._base_metadata(task, key) | {
             "arm": arm.name,
-            "seed": seed,
+            "seed": self.config.seed,
+            "attempt_seed": seed,
             "outcome": None,
             "signature": "harness_error",
             "error": {
