@@ -64,6 +64,39 @@ def _primary_key(table: sa.Table) -> KeyFn:
     return lambda row: ":".join(str(row.get(n)) for n in names)
 
 
+@functools.lru_cache(maxsize=64)
+def _sqlite_triggers(tables: tuple[sa.Table, ...]) -> tuple[str, ...]:
+    """The capture triggers' DDL for ``tables`` (built once per table set: sessions reuse the text)."""
+
+    def image(alias: str, table: sa.Table) -> str:
+        parts = []
+        for c in table.columns:
+            value = f'{alias}."{c.name}"'
+            if isinstance(c.type, sa.Float | sa.Double):
+                value = f"{_REAL_TEXT}({value})"
+            elif isinstance(c.type, sa.JSON):
+                # a bare JSON number is stored as REAL (the column has NUMERIC affinity)
+                value = f"json({_REAL_TEXT}({value}))"
+            parts.append(f"'{c.name}', {value}")
+        return f"json_object({', '.join(parts)})"
+
+    out = []
+    for table in tables:
+        name = table.name
+        for op, before, after in (
+            ("insert", "NULL", image("NEW", table)),
+            ("update", image("OLD", table), image("NEW", table)),
+            ("delete", image("OLD", table), "NULL"),
+        ):
+            # Identifiers come from the SQLAlchemy metadata, never from a caller.
+            out.append(
+                f'CREATE TEMP TRIGGER IF NOT EXISTS "sg_{op}_{name}" AFTER {op.upper()} ON main."{name}" '  # noqa: S608
+                f"BEGIN INSERT INTO {LOG} (tbl, op, before, after) "
+                f"VALUES ('{name}', '{op}', {before}, {after}); END"
+            )
+    return tuple(out)
+
+
 class SqlBackend:
     """Shadow transaction on one SQLAlchemy connection.
 
@@ -269,31 +302,8 @@ class SqlBackend:
             "(id INTEGER PRIMARY KEY AUTOINCREMENT, tbl TEXT NOT NULL, op TEXT NOT NULL, "
             "before TEXT, after TEXT)"
         )
-        for name, table in self.tables.items():
-
-            def image(alias: str, table: sa.Table = table) -> str:
-                parts = []
-                for c in table.columns:
-                    value = f'{alias}."{c.name}"'
-                    if isinstance(c.type, sa.Float | sa.Double):
-                        value = f"{_REAL_TEXT}({value})"
-                    elif isinstance(c.type, sa.JSON):
-                        # a bare JSON number is stored as REAL (the column has NUMERIC affinity)
-                        value = f"json({_REAL_TEXT}({value}))"
-                    parts.append(f"'{c.name}', {value}")
-                return f"json_object({', '.join(parts)})"
-
-            for op, before, after in (
-                ("insert", "NULL", image("NEW")),
-                ("update", image("OLD"), image("NEW")),
-                ("delete", image("OLD"), "NULL"),
-            ):
-                # Identifiers come from the SQLAlchemy metadata, never from a caller.
-                run(
-                    f'CREATE TEMP TRIGGER IF NOT EXISTS "sg_{op}_{name}" AFTER {op.upper()} ON main."{name}" '  # noqa: S608
-                    f"BEGIN INSERT INTO {LOG} (tbl, op, before, after) "
-                    f"VALUES ('{name}', '{op}', {before}, {after}); END"
-                )
+        for statement in _sqlite_triggers(tuple(self.tables.values())):
+            run(statement)
 
     def _install_postgresql(self) -> None:
         run = self.connection.exec_driver_sql

@@ -165,7 +165,17 @@ def _run_metadata(
         "run_start_dt": started.isoformat(),
         "run_duration (sec)": round(duration, 3),
         "attempts_in_file": sum(tally.attempts.values()),
+        "peak_rss_mib": _peak_rss(),
     }
+
+
+def _peak_rss() -> dict[str, float]:
+    """Peak resident memory of this process and of its largest worker process (Linux: KiB units)."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {"main": round(own, 1), "largest_worker": round(children, 1)}
 
 
 def register(app: typer.Typer) -> None:
@@ -258,7 +268,7 @@ def register(app: typer.Typer) -> None:
             raise fail(str(exc)) from exc
         config = CampaignConfig(**{**base.__dict__, "task_ids": tuple(selected)})
         probe.config = config
-        kept: list[str] = []
+        kept: list[AttemptSummary] = []
         done: set[RowKey] = set()
         if resume and out.exists():
             try:
@@ -324,7 +334,9 @@ def register(app: typer.Typer) -> None:
         done_n = ran
         console.print(
             f"{done_n} attempts in {duration:.1f} s ({done_n / duration if duration else 0:.1f} attempts/s); "
-            f"rows: {out}; run metadata: {meta_path}",
+            f"peak memory {meta['peak_rss_mib']['main']:.0f} MiB (main), "
+            f"{meta['peak_rss_mib']['largest_worker']:.0f} MiB (largest worker); rows: {out}; "
+            f"run metadata: {meta_path}",
             highlight=False,
         )
         if interrupted:
