@@ -4,7 +4,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint typecheck pytest conformance conformance-pg
+.PHONY: setup demo test lint typecheck pytest conformance conformance-pg lift
 
 setup:
 	$(PY) -m venv $(VENV)
@@ -34,3 +34,12 @@ conformance:
 
 conformance-pg:
 	$(BIN)/shadowguard bench conformance --db postgresql://postgres@127.0.0.1:5432/test
+
+# The full oracle lift campaign (507 tasks x 20 repeats x off,guard = 20,280 attempts; ~7.5 min on 2 cores)
+# and its tables and figures. Not part of `make test`.
+lift:
+	mkdir -p results
+	rm -rf results/oracle-20.jsonl results/oracle-20_run_metadata.yaml results/oracle-20-report
+	$(BIN)/shadowguard bench run --agent oracle --arms off,guard --repeat 20 --workers 2 --out results/oracle-20.jsonl
+	$(BIN)/shadowguard bench agg results/oracle-20.jsonl -f md > results/oracle-20.md
+	$(BIN)/shadowguard bench report results/oracle-20.jsonl --out results/oracle-20-report

@@ -37,7 +37,6 @@ from benchmark.campaign.agents import AGENTS
 from benchmark.campaign.arms import ARMS, ArmError, parse_arms
 from benchmark.campaign.results import ResultsError, iter_results
 from benchmark.campaign.runner import (
-    REVIEWERS,
     RUBRICS_NOT_JUDGED,
     AttemptSummary,
     CampaignConfig,
@@ -48,6 +47,7 @@ from benchmark.campaign.runner import (
     run_units,
     summary_of,
 )
+from benchmark.campaign.surfaces import REVIEWERS
 from benchmark.envs import DOMAINS, EnvError
 from guard.faults import FaultPlan, FaultSpecError
 from guard.policy import PolicyError

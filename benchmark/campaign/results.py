@@ -157,6 +157,8 @@ class GuardFacts(BaseModel):
     violations: list[dict[str, Any]] = Field(default_factory=list)
     """``{rule_id, tool, phase}`` per violation (``tool`` is null at commit)."""
     retries: int = 0
+    failed_calls: int = 0
+    """Calls the agent was answered with a failure (the tool's own error, or an upstream fault)."""
     approvals: dict[str, int] = Field(default_factory=dict)
     """Requests made and their decisions: requested, approved, rejected, pending."""
     committed: bool = False

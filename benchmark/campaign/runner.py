@@ -22,17 +22,16 @@ rubrics need an LLM judge (an endpoint the campaign does not have here): they ar
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import tempfile
 import time
 import traceback
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
@@ -42,12 +41,12 @@ from benchmark.campaign.agents import (
     NoUser,
     OracleAgent,
     ReplayAgent,
-    ToolReply,
     ToolSpec,
     Transcript,
     load_trajectories,
 )
 from benchmark.campaign.arms import ARMS, Arm
+from benchmark.campaign.outcomes import classify_outcome, phase_of, state_signature
 from benchmark.campaign.results import (
     CampaignFacts,
     DecodeResult,
@@ -55,16 +54,15 @@ from benchmark.campaign.results import (
     Outcome,
     TestResult,
     TestTags,
-    ToolResponse,
     passed,
 )
+from benchmark.campaign.surfaces import Clocked, DirectTools, GuardedTools, Reviewer
 from benchmark.envs import Database, Domain, Environment, load_domain
 from benchmark.envs.hashing import state_delta
 from benchmark.guarded import (
     GoldenStateCheck,
     backend_for,
     executor_for,
-    is_error_text,
     load_domain_policy,
     tool_infos,
 )
@@ -72,15 +70,12 @@ from benchmark.tasks import BenchData, Task, resolve_data
 from guard.approvals.gate import ApprovalGate, policy_version
 from guard.approvals.sql import SqlApprovalStore
 from guard.faults import FaultInjector, FaultPlan
-from guard.models import ToolOutcome, Verdict
+from guard.models import Verdict
 from guard.policy import EMPTY, PolicyPack
 from guard.retry import DEFAULT_BUDGETS, RetryPolicy, VirtualClock
-from guard.session import Executor, GuardSession, ToolResult
+from guard.session import Executor, GuardSession
 
-Reviewer = Literal["approve-matching", "reject-all", "none"]
-REVIEWERS: tuple[Reviewer, ...] = ("approve-matching", "reject-all", "none")
 RUBRICS_NOT_JUDGED = "not_judged: the yes/no rubrics need an LLM judge endpoint; graded on the database only"
-LIMIT_REASONS = frozenset({"user_limit", "agent_limit", "no_user_llm"})
 
 
 @dataclass(frozen=True)
@@ -142,81 +137,6 @@ def summary_of(row: DecodeResult, line: str) -> AttemptSummary:
 def unit_seed(seed: int, key: UnitKey) -> int:
     text = f"{seed}:{key.uid}:{key.case or ''}:{key.repetition}"
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
-
-
-# -- the two tool surfaces ------------------------------------------------------------------------
-@dataclass
-class _Clocked:
-    """An executor that accounts the wall time spent in the tools (to tell the guard's own time)."""
-
-    execute: Executor
-    seconds: float = 0.0
-
-    def __call__(self, tool: str, arguments: Mapping[str, Any]) -> ToolResult:
-        started = time.perf_counter()
-        try:
-            return self.execute(tool, arguments)
-        finally:
-            self.seconds += time.perf_counter() - started
-
-
-class DirectTools:
-    """``off``: every call goes to the tools and is real at once. A transport failure (an injected
-    fault) reaches the agent as an error text, as a plain MCP client would show it."""
-
-    def __init__(self, execute: Executor) -> None:
-        self.execute = execute
-
-    def call(self, name: str, arguments: Mapping[str, Any]) -> ToolReply:
-        try:
-            result = self.execute(name, arguments)
-        except Exception as exc:  # the plain passthrough has no recovery: the agent reads the error
-            return ToolReply(f"Error: {type(exc).__name__}: {exc}", is_error=True)
-        return ToolReply(result.text, is_error=result.is_error)
-
-
-class GuardedTools:
-    """A guarded arm: each call through the GuardSession, answered as the proxy answers it.
-
-    A held call meets the campaign's reviewer at once, as the proxy's ``approvals.wait_s`` would let a
-    waiting call meet a person: ``approve-matching`` approves (the gate runs the call again and keeps it
-    only if its change set equals the preview), ``reject-all`` rejects, ``none`` leaves it pending.
-    """
-
-    def __init__(self, session: GuardSession, reviewer: Reviewer, gate: ApprovalGate | None) -> None:
-        self.session = session
-        self.reviewer = reviewer
-        self.gate = gate
-        self.decisions: Counter[str] = Counter()
-        self.final: list[ToolOutcome] = []
-        """The outcome the agent was answered with, per call (a held call's approved re-run, if any)."""
-
-    def call(self, name: str, arguments: Mapping[str, Any]) -> ToolReply:
-        from proxy.server import render_outcome
-
-        outcome = self.session.call(name, arguments)
-        if (
-            outcome.verdict is Verdict.HELD
-            and self.gate is not None
-            and outcome.approval_id is not None
-            and self.reviewer != "none"
-        ):
-            approve = self.reviewer == "approve-matching"
-            self.gate.store.decide(
-                outcome.approval_id,
-                approve=approve,
-                reviewer="campaign-reviewer",
-                reason=f"campaign reviewer policy {self.reviewer}",
-            )
-            self.decisions["approved" if approve else "rejected"] += 1
-            outcome = self.session.call(name, arguments, approval_id=outcome.approval_id)
-        self.final.append(outcome)
-        rendered = render_outcome(outcome, None, self.session.session_id)
-        text = "\n".join(block.text for block in rendered.content if block.type == "text")
-        is_error = outcome.verdict is not Verdict.ALLOWED or (
-            outcome.result is not None and is_error_text(outcome.result)
-        )
-        return ToolReply(text, is_error=is_error, guard=outcome.verdict.value)
 
 
 # -- one worker's state ---------------------------------------------------------------------------
@@ -326,7 +246,7 @@ class Worker:
             env.apply_patch(task.data_patch)
             initial = self._initial_state(task, env)
             clock = VirtualClock()
-            timed = _Clocked(executor_for(env))
+            timed = Clocked(executor_for(env))
             execute: Executor = timed
             injector: FaultInjector | None = None
             if self.plan is not None:
@@ -403,7 +323,7 @@ class Worker:
         verdicts: Counter[str] = Counter(o.verdict.value for o in session.outcomes)
         facts.verdicts = dict(sorted(verdicts.items()))
         facts.violations = [
-            {"rule_id": v.rule_id, "tool": o.call.tool, "phase": _phase(o.verdict)}
+            {"rule_id": v.rule_id, "tool": o.call.tool, "phase": phase_of(o.verdict)}
             for o in session.outcomes
             for v in o.violations
         ] + commit_violations
@@ -418,6 +338,7 @@ class Worker:
             }
         stops = [o for o in tools.final if o.verdict in (Verdict.REFUSED, Verdict.ROLLED_BACK, Verdict.HELD)]
         facts.intervened = bool(stops) or facts.commit_refused
+        facts.failed_calls = sum(1 for o in tools.final if o.verdict is Verdict.FAILED)
         if stops:
             first = stops[0]
             rule = first.violations[0].rule_id if first.violations else first.error_class
@@ -478,9 +399,6 @@ class Worker:
         judge: dict[str, Any] = {"db": "pass" if judged.passed else "fail"}
         if task.rubrics_yesno:
             judge["rubrics"] = RUBRICS_NOT_JUDGED
-        signature = None
-        if not judged.passed:
-            signature = failure_signature(got.transcript, got.result_delta, task.answer.golden_delta)
         facts = CampaignFacts(
             repetition=key.repetition,
             arm=arm.name,
@@ -495,7 +413,6 @@ class Worker:
             trajectory=key.case,
             faults=got.faults,
             upper_bound=arm.oracle,
-            signature=signature,
         )
         metadata = self._base_metadata(task, key) | facts.model_dump(mode="json", exclude_none=True)
         metadata["execution_time"] = round(got.seconds, 6)
@@ -515,6 +432,8 @@ class Worker:
             metadata=metadata,
             finish_reason=got.transcript.finish_reason,
         )
+        if not judged.passed:
+            row.metadata["signature"] = state_signature(row, got.result_delta, task.answer.golden_delta)
         return AttemptSummary(
             key.uid, key.case, key.repetition, arm.name, judged.passed, outcome, False, row.line()
         )
@@ -538,60 +457,6 @@ class Worker:
             uid=task.id, metadata=metadata, is_system_error=True, test_tags=TestTags(domain=task.domain)
         )
         return AttemptSummary(key.uid, key.case, key.repetition, arm.name, False, None, True, row.line())
-
-
-def _phase(verdict: Verdict) -> str:
-    return {Verdict.ROLLED_BACK: "after_call", Verdict.HELD: "approval"}.get(verdict, "before_call")
-
-
-def classify_outcome(arm: Arm, passed: bool, guard: GuardFacts | None, twin: bool | None) -> Outcome:
-    """LIFT.md §1: success, wrong commit, held, or false block (only where the twin is known).
-
-    A failed guarded attempt is a false block when the guard stopped something and the same
-    trajectory passed unguarded; else a wrong commit when it committed changes (the backend now holds
-    wrong, extra or missing effects) or nothing was stopped (missing effects); else held.
-    """
-    if passed:
-        return "success"
-    if not arm.guarded or guard is None:
-        return "wrong_commit"
-    if guard.intervened and twin is True:
-        return "false_block"
-    if guard.committed and guard.committed_changes:
-        return "wrong_commit"
-    if guard.intervened:
-        return "held"
-    return "wrong_commit"
-
-
-def _canonical_items(delta: Mapping[str, Any] | None) -> set[str]:
-    out: set[str] = set()
-    for table, entry in (delta or {}).items():
-        for kind, items in entry.items():
-            out |= {f"{table}|{kind}|{json.dumps(i, sort_keys=True)}" for i in items}
-    return out
-
-
-def failure_signature(
-    transcript: Transcript, result_delta: Mapping[str, Any] | None, golden_delta: Mapping[str, Any] | None
-) -> str:
-    """Our deterministic failure signature (../shared/docs/thinkingbox-harness.md §4 sketch, in order):
-    a tool error in the trajectory → tool_usage; no row changed while the golden changes some →
-    no_state_change; the conversation hit a limit, or the changes are a strict subset of the golden
-    ones → incomplete_resolution; anything else → wrong_state_update. Benchmark-side: it reads the
-    golden delta, never the guard."""
-    errors = any(
-        isinstance(m, ToolResponse) and (m.metadata.get("is_error") or m.content.startswith("Error:"))
-        for m in transcript.messages
-    )
-    if errors:
-        return "tool_usage"
-    ours, golden = _canonical_items(result_delta), _canonical_items(golden_delta)
-    if not ours and golden:
-        return "no_state_change"
-    if transcript.finish_reason in LIMIT_REASONS or (ours < golden):
-        return "incomplete_resolution"
-    return "wrong_state_update"
 
 
 # -- loading --------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ this module applies the subset of the harness §4 rules that needs nothing else,
 2. ``tool_usage`` — tool error evidence in ``messages``: a ``ToolCall`` with ``metadata.error`` set
    (also inside a ``ParallelToolCall``), or a ``ToolResponse`` whose content starts with ``Error:``
    (ThinkingBox's own text for an unknown tool, after leading whitespace) or is a JSON object with a
-   top-level ``"error"`` key (the benchmark servers' in-band tool errors).
+   top-level ``"error"`` key (the benchmark servers' in-band tool errors), or one our campaign marked
+   ``metadata.is_error`` (an error the agent was answered with, e.g. a guard refusal).
 3. ``incomplete_resolution`` — ``finish_reason`` is ``user_limit``, ``agent_limit`` or ``no_user_llm``
    (the conversation was cut off, not ended by the agent).
 4. ``unclassified`` — anything else: telling *no state change* from *wrong state update* needs the
@@ -62,7 +63,9 @@ def _call_errored(call: ToolCall) -> bool:
 def tool_error_evidence(row: DecodeResult) -> bool:
     """Whether any message shows a tool error (rule 2 above)."""
     for message in row.messages:
-        if isinstance(message, ToolResponse) and _error_response(message.content):
+        if isinstance(message, ToolResponse) and (
+            message.metadata.get("is_error") is True or _error_response(message.content)
+        ):
             return True
         if isinstance(message, ToolCall) and _call_errored(message):
             return True
