@@ -17,7 +17,6 @@ Simulated profiles and the LLM agent plug in here next: implement :class:`Agent`
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +33,10 @@ from benchmark.campaign.results import (
     ToolCall,
     ToolResponse,
     Usage,
+    field_message,
+    json_object,
     parse_row,
+    read_text,
 )
 from benchmark.tasks import ToolInteraction
 
@@ -208,22 +210,11 @@ def _calls_of_messages(messages: Sequence[Message]) -> tuple[ToolInteraction, ..
 def load_trajectories(path: Path, known_uids: set[str]) -> list[Trajectory]:
     """Every trajectory in ``path``, validated. A line is a results row (it has ``messages``) or a
     ``{uid, calls}`` object. A uid the benchmark does not have is an error naming file and line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ResultsError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ResultsError(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from None
     out: list[Trajectory] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(read_text(path).splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            raw = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ResultsError(f"{path}:{number}: not JSON: {exc.msg} (column {exc.colno})") from None
-        if not isinstance(raw, dict):
-            raise ResultsError(f"{path}:{number}: a trajectory must be a JSON object")
+        raw = json_object(line, path, number, what="a trajectory")
         where = f"{path}:{number}"
         if "messages" in raw:
             row = parse_row(line, path, number)
@@ -242,9 +233,7 @@ def load_trajectories(path: Path, known_uids: set[str]) -> list[Trajectory]:
             try:
                 simple = _Simple.model_validate(raw)
             except ValidationError as exc:
-                first = exc.errors()[0]
-                field_ = ".".join(str(p) for p in first["loc"]) or "(line)"
-                raise ResultsError(f"{where}: field {field_}: {first['msg']}") from None
+                raise ResultsError(field_message(path, number, exc)) from None
             calls = tuple(ToolInteraction(tool=c.tool, parameters=c.arguments) for c in simple.calls)
             trajectory = Trajectory(where, simple.uid, calls)
         if trajectory.uid not in known_uids:

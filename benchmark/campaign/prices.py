@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
-from benchmark.campaign.results import DecodeResult
+from benchmark.campaign.results import DecodeResult, read_text
 
 __all__ = ["PriceError", "PriceTable", "TokenPrice", "load_prices", "price_key", "row_cost"]
 
@@ -58,12 +58,7 @@ class PriceTable(RootModel[dict[str, TokenPrice]]):
 
 def load_prices(path: Path) -> PriceTable:
     """Read and validate a price file; any problem is a :class:`PriceError` naming file and field."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PriceError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise PriceError(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+    text = read_text(path, PriceError)
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:

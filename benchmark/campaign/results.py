@@ -219,35 +219,46 @@ class ResultsError(ValueError):
     """A results or trajectories file that cannot be used; the message names file, line and field."""
 
 
-def _field_message(path: Path, line: int, exc: ValidationError, prefix: str = "") -> str:
+def field_message(path: Path, line: int, exc: ValidationError, prefix: str = "") -> str:
     first = exc.errors()[0]
     where = prefix + ".".join(str(p) for p in first["loc"]) or "(row)"
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
     return f"{path}:{line}: field {where}: {first['msg']}{more}"
 
 
-def parse_row(text: str, path: Path, line: int) -> DecodeResult:
+def read_text(path: Path, error: type[ValueError] = ResultsError) -> str:
+    """``path``'s UTF-8 text; unreadable or not text is ``error`` naming the file."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+
+
+def json_object(text: str, path: Path, line: int, what: str = "a row") -> dict[str, Any]:
+    """One JSONL line as an object; anything else is a :class:`ResultsError` naming file and line."""
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{path}:{line}: not JSON: {exc.msg} (column {exc.colno})") from None
     if not isinstance(raw, dict):
-        raise ResultsError(f"{path}:{line}: a row must be a JSON object, not {type(raw).__name__}")
+        raise ResultsError(f"{path}:{line}: {what} must be a JSON object, not {type(raw).__name__}")
+    return raw
+
+
+def parse_row(text: str, path: Path, line: int) -> DecodeResult:
+    raw = json_object(text, path, line)
     try:
         return DecodeResult.model_validate(raw)
     except ValidationError as exc:
-        raise ResultsError(_field_message(path, line, exc)) from None
+        raise ResultsError(field_message(path, line, exc)) from None
 
 
 def iter_results(path: Path, *, allow_torn_tail: bool = False) -> Iterator[tuple[int, DecodeResult]]:
     """(line number, row) for every row of ``path``. ``allow_torn_tail``: a last line without its
     newline that does not parse (a run stopped mid-write) is skipped instead of being an error."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ResultsError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ResultsError(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+    text = read_text(path)
     lines = text.split("\n")
     torn = not text.endswith("\n") and text != ""
     for number, line in enumerate(lines, start=1):
@@ -279,7 +290,7 @@ def checked_facts(row: DecodeResult, path: Path, line: int) -> CampaignFacts | N
     try:
         return facts_of(row)
     except ValidationError as exc:
-        raise ResultsError(_field_message(path, line, exc, prefix="metadata.")) from None
+        raise ResultsError(field_message(path, line, exc, prefix="metadata.")) from None
 
 
 def read_campaign_results(paths: Iterable[Path]) -> list[DecodeResult]:
