@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -181,6 +181,11 @@ class _Simple(BaseModel):
 
     uid: str = Field(min_length=1)
     calls: list[_Call]
+    kind: Literal["fault", "variant"] | None = None
+    """A fault-corpus line (``bench faults``): a mutation of a golden, or an equivalent variant."""
+    family: str | None = None
+    golden_call: int | None = None
+    note: str | None = None
 
 
 @dataclass(frozen=True)
