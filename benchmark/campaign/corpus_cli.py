@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
 def _measure(corpus: Path, results: Path, show: int) -> None:
     from benchmark.campaign.corpus import measure
 
-    console = Console()
+    console = Console(width=max(Console().width, 140))
     try:
         figures = measure(corpus, results)
     except ResultsError as exc:
