@@ -34,7 +34,10 @@ def _mount_benchmark() -> None:
 
 @app.command("check")
 def check(
-    pack: Annotated[Path, typer.Argument(help="Policy pack YAML file.", metavar="PACK", show_default=False)],
+    pack: Annotated[
+        Path,
+        typer.Argument(help="Policy pack: its YAML file or its folder.", metavar="PACK", show_default=False),
+    ],
     domain: Annotated[
         str | None,
         typer.Option(
@@ -51,16 +54,79 @@ def check(
             "else ../shared/thinkingbox-bench).",
         ),
     ] = None,
+    test: Annotated[
+        bool,
+        typer.Option(
+            "--test",
+            help="Also run the table-driven tests in tests.yaml beside the pack, in its domain "
+            "(--domain, else the pack's own domain); see docs/policies.md.",
+        ),
+    ] = False,
+    require_coverage: Annotated[
+        bool, typer.Option("--require-coverage", help="With --test: fail when a rule has no case.")
+    ] = False,
 ) -> None:
     """Load and validate a policy pack (docs/policies.md); exit 1 naming file, rule and line if invalid."""
     from guard.policy import PolicyError, load_policy
 
+    if pack.is_dir():
+        pack = pack / "policy.yaml"
+    if test and domain is None:
+        try:
+            domain = load_policy(pack).model.domain
+        except PolicyError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from exc
+        if domain is None:
+            typer.echo(f"error: {pack}: --test needs --domain (the pack names no domain)", err=True)
+            raise typer.Exit(2)
     try:
         policy = load_policy(pack) if domain is None else _load_against_domain(pack, domain, data)
     except PolicyError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
     typer.echo(_summary(pack, policy, domain))
+    if test:
+        assert domain is not None
+        _run_pack_tests(pack, policy, domain, data, require_coverage=require_coverage)
+
+
+def _run_pack_tests(
+    pack: Path, policy: PolicyPack, domain: str, data: str | None, *, require_coverage: bool
+) -> None:
+    from benchmark.envs import Database, load_domain
+    from benchmark.packtests import PackTestError, load_tests, run_case, tests_path, uncovered
+    from benchmark.tasks import resolve_data
+
+    loaded = load_domain(domain, resolve_data(data).bundle)
+    path = tests_path(pack)
+    try:
+        cases = load_tests(path, loaded)
+    except PackTestError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    database = Database()
+    failed = 0
+    try:
+        for case in cases:
+            result = run_case(case, loaded, database, policy)
+            if not result.passed:
+                failed += 1
+                typer.echo(f"FAIL {case.name}")
+                for problem in result.problems:
+                    typer.echo(f"    {problem}")
+    finally:
+        database.dispose()
+    missing = uncovered(policy, cases)
+    if missing:
+        typer.echo(f"rules no case expects ({len(missing)}): {', '.join(missing)}")
+    typer.echo(
+        f"check --test: {path}: cases {len(cases)} passed {len(cases) - failed} failed {failed}; "
+        f"rules covered {len(policy.checks) + len(policy.model.approvals) - len(missing)}/"
+        f"{len(policy.checks) + len(policy.model.approvals)}"
+    )
+    if failed or (require_coverage and missing):
+        raise typer.Exit(1)
 
 
 def _load_against_domain(pack: Path, domain: str, data: str | None) -> PolicyPack:

@@ -1,0 +1,62 @@
+"""`shadowguard check PACK --test`: table-driven pack tests in tests.yaml beside the pack."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from proxy.cli import _mount_benchmark, app
+
+ROOT = Path(__file__).resolve().parents[2]
+RETAIL = ROOT / "policies" / "sandbox_external_retail"
+
+
+def _check(*args: str) -> tuple[int, str]:
+    _mount_benchmark()
+    result = CliRunner().invoke(app, ["check", *args])
+    return result.exit_code, result.output
+
+
+def _copy(tmp_path: Path) -> Path:
+    folder = tmp_path / "pack"
+    shutil.copytree(RETAIL, folder)
+    return folder
+
+
+def test_retail_pack_tests_pass_from_folder_or_file() -> None:
+    for target in (RETAIL, RETAIL / "policy.yaml"):
+        code, output = _check(str(target), "--test")
+        assert code == 0, output
+        assert "cases 4 passed 4 failed 0" in output.strip().splitlines()[-1]
+
+
+def test_a_removed_rule_fails_its_case(tmp_path: Path) -> None:
+    folder = _copy(tmp_path)
+    pack = yaml.safe_load((folder / "policy.yaml").read_text())
+    pack["checks"] = [c for c in pack["checks"] if c["id"] != "retail.cancel_order.eligible_status"]
+    (folder / "policy.yaml").write_text(yaml.safe_dump(pack, sort_keys=False))
+    code, output = _check(str(folder), "--test")
+    assert code == 1
+    assert "FAIL a shipped order cannot be cancelled" in output
+    assert "expected ['retail.cancel_order.eligible_status'], got allowed" in output
+
+
+def test_coverage_can_be_required() -> None:
+    code, output = _check(str(RETAIL), "--test", "--require-coverage")
+    assert code == 1 and "rules no case expects (30)" in output
+
+
+def test_bad_tests_file_names_file_and_field(tmp_path: Path) -> None:
+    folder = _copy(tmp_path)
+    (folder / "tests.yaml").write_text(
+        "cases:\n  - name: x\n    calls:\n      - tool: cancel_everything\n        expect: []\n"
+    )
+    code, output = _check(str(folder), "--test")
+    assert code == 1
+    assert f"{folder / 'tests.yaml'}: field cases.0.calls.0.tool" in " ".join(output.split())
+    (folder / "tests.yaml").write_text("cases:\n  - name: x\n    calls: []\n    expected: []\n")
+    code, output = _check(str(folder), "--test")
+    assert code == 1 and "field cases.0.expected: Extra inputs are not permitted" in " ".join(output.split())
