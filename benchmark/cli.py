@@ -518,6 +518,13 @@ def replay_command(
     policy: Annotated[
         str | None, typer.Option("--policy", help="Policy pack YAML (default: empty pack).")
     ] = None,
+    policy_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--policy-dir",
+            help="Each domain's own pack, DIR/<domain>/policy.yaml (a domain without one: the empty pack).",
+        ),
+    ] = None,
     show: Annotated[int, typer.Option(help="Tasks with problems to list.")] = 10,
     faults: Annotated[
         str | None,
@@ -548,6 +555,14 @@ def replay_command(
         database = Database(db)
         grouped = select_tasks(bench, domains)
         packs = {d: EMPTY for d in domains}
+        if policy is not None and policy_dir is not None:
+            raise typer.BadParameter("give --policy or --policy-dir, not both", param_hint="--policy-dir")
+        if policy_dir is not None:
+            from benchmark.campaign.runner import domain_pack
+            from benchmark.envs import load_domain
+
+            for d in domains:
+                packs[d] = domain_pack(policy_dir, load_domain(d, bench.bundle))
         if policy is not None:
             from benchmark.envs import load_domain
             from benchmark.guarded import load_domain_policy
