@@ -427,7 +427,7 @@ class Worker:
             uid=task.id,
             messages=got.transcript.messages,
             test_result=test,
-            test_tags=TestTags(domain=task.domain),
+            test_tags=TestTags(),
             usage=got.transcript.usage,
             metadata=metadata,
             finish_reason=got.transcript.finish_reason,
@@ -454,7 +454,7 @@ class Worker:
         if key.case is not None:
             metadata["trajectory"] = key.case
         row = DecodeResult(
-            uid=task.id, metadata=metadata, is_system_error=True, test_tags=TestTags(domain=task.domain)
+            uid=task.id, metadata=metadata, is_system_error=True, test_tags=TestTags()
         )
         return AttemptSummary(key.uid, key.case, key.repetition, arm.name, False, None, True, row.line())
 
