@@ -453,9 +453,7 @@ class Worker:
         }
         if key.case is not None:
             metadata["trajectory"] = key.case
-        row = DecodeResult(
-            uid=task.id, metadata=metadata, is_system_error=True, test_tags=TestTags()
-        )
+        row = DecodeResult(uid=task.id, metadata=metadata, is_system_error=True, test_tags=TestTags())
         return AttemptSummary(key.uid, key.case, key.repetition, arm.name, False, None, True, row.line())
 
 
