@@ -48,6 +48,9 @@ _TYPE_NAMES = {
     "null": "null",
 }
 MAX_ENUM_SHOWN = 30
+MAX_PROBLEMS = 20
+"""At most this many problems are listed for one call (then one line counts the rest): the agent
+needs the first few to fix its call, and the guard's work must not grow with what was sent."""
 
 
 class InvalidSchemaError(ValueError):
@@ -286,14 +289,18 @@ def _problems(error: ValidationError, field_schema: Any = None) -> list[FieldPro
         properties = list((schema.get("properties") or {}).keys())
         patterns = [re.compile(p) for p in (schema.get("patternProperties") or {})]
         instance = error.instance if isinstance(error.instance, Mapping) else {}
-        extras = [k for k in instance if k not in properties and not any(p.search(k) for p in patterns)]
+        known = frozenset(properties)
+        extras = [k for k in instance if k not in known and not any(p.search(k) for p in patterns)]
         allowed = ", ".join(properties) if properties else "none"
-        return [
+        listed = [
             FieldProblem(
                 field=_join(path, name), problem="unexpected argument", expected=f"only these: {allowed}"
             )
-            for name in extras
+            for name in extras[:MAX_PROBLEMS]
         ]
+        if len(extras) > MAX_PROBLEMS:
+            listed.append(_more(path, len(extras) - MAX_PROBLEMS, "unexpected argument(s)", allowed))
+        return listed
     if error.validator == "type":
         problem = _wrong_type(error.instance)
     elif error.validator == "enum":
@@ -303,6 +310,14 @@ def _problems(error: ValidationError, field_schema: Any = None) -> list[FieldPro
     return [
         FieldProblem(field=_join(path), problem=problem, expected=describe(shown), example=example(shown))
     ]
+
+
+class _More(FieldProblem):
+    """Stands for problems left unlisted (always kept: it says how many there were)."""
+
+
+def _more(path: Sequence[Any], count: int, what: str, allowed: str) -> FieldProblem:
+    return _More(field=_join(path), problem=f"and {count} more {what}", expected=f"only these: {allowed}")
 
 
 class ArgumentValidator:
@@ -323,12 +338,22 @@ class ArgumentValidator:
         if self.mode == "off":
             return []
         out: list[FieldProblem] = []
+        seen: set[tuple[str, str, str]] = set()
+        hidden = 0
         for error in sorted(
             self._validator.iter_errors(dict(arguments)), key=lambda e: list(map(str, e.path))
         ):
             for problem in _problems(error):
-                if problem not in out:
+                key = (problem.field, problem.problem, problem.expected)
+                if key in seen:
+                    continue
+                seen.add(key)
+                if len(out) < MAX_PROBLEMS or isinstance(problem, _More):
                     out.append(problem)
+                else:
+                    hidden += 1
+        if hidden:
+            out.append(_More(field="", problem=f"and {hidden} more problem(s)", expected="see above"))
         return out
 
     def check(self, tool: str, arguments: Mapping[str, Any]) -> InvalidArguments | None:
