@@ -36,6 +36,7 @@ from guard.errors import (
     ConnectionDropped,
     InternalError,
     InvalidArguments,
+    LockContention,
     NotFound,
     PermissionDenied,
     PreconditionFailed,
@@ -77,6 +78,12 @@ BUILTIN_RULES: tuple[TextRule, ...] = (
     _rule("input_validation", r"^(input )?validation (failed|error)", InvalidArguments),
     _rule("invalid_prefix", r"^invalid\b", InvalidArguments),
     _rule("missing_prefix", r"^missing (required )?(parameter|argument|field|value)", InvalidArguments),
+    _rule(
+        "lock_contention",
+        r"database (table )?is locked|\bSQLITE_BUSY|lock wait timeout|could not obtain lock|"
+        r"canceling statement due to lock timeout|deadlock detected|could not serialize access",
+        LockContention,
+    ),
     _rule("rate_limited", r"\brate[- ]?limit|too many requests|quota exceeded|\bthrottl", RateLimited),
     _rule("timeout", r"\btimed? ?out\b|\btimeout\b|deadline exceeded|\brequest timeout\b", UpstreamTimeout),
     _rule(

@@ -10,6 +10,7 @@ call's effect) whether to send the call again; everything not retried becomes an
     │   ├── UpstreamTimeout                yes        no    sent, no answer in time
     │   ├── ConnectionDropped              yes        no    the connection broke after sending
     │   ├── ConnectFailed                  yes        yes   never sent: refused, DNS, connect timeout
+    │   ├── LockContention                 yes        no    another transaction holds a lock; waited
     │   └── ServerError                    yes        no    5xx / JSON-RPC internal error
     │       └── ServiceUnavailable         yes        no    503 (its Retry-After is honoured)
     ├── RateLimited                        yes        yes   429: refused before anything was done
@@ -94,6 +95,8 @@ class ToolFailure(Exception):
     error_class: ClassVar[ErrorClass] = ErrorClass.INTERNAL
     retryable: ClassVar[bool] = False
     safe_to_retry: ClassVar[bool] = False
+    restart_transaction: ClassVar[bool] = False
+    """A retry needs a new shadow transaction (when the session has kept nothing yet)."""
     next_step: ClassVar[str] = (
         "The call failed for a reason the guard does not recognise. It was not retried. "
         "Tell the user what failed rather than guessing a workaround."
@@ -180,6 +183,23 @@ class ConnectFailed(TransientError):
     """The request never reached the upstream (refused, name resolution, connect timeout)."""
 
     safe_to_retry = True
+
+
+class LockContention(TransientError):
+    """Another transaction holds a lock the call needs (SQLite ``database is locked``, PostgreSQL
+    lock or serialization failures): the upstream gave up waiting and did nothing of the statement.
+
+    The guard retries it in a fresh transaction when the session has kept nothing yet (an old read
+    snapshot can never be upgraded to a write once another writer committed); otherwise the call's
+    savepoint is rolled back and it is retried within the transaction.
+    """
+
+    restart_transaction = True
+    next_step = (
+        "Another session holds a lock on the data {tool} needs ({message}); the guard retried "
+        "{retries} time(s) and nothing of the call was kept. Send the same call again in a moment: "
+        "the lock is released when the other session commits or rolls back."
+    )
 
 
 class ServerError(TransientError):

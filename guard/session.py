@@ -120,6 +120,10 @@ class GuardSession:
         self.gate = gate
         self.outcomes: list[ToolOutcome] = []
         self.closed = False
+        self.kept = False
+        """A call kept something in this transaction (an allowed write, or an allowed call that
+        changed rows): from then on the transaction is the session's work and is never restarted."""
+        self._dirty = False
         backend.begin()
 
     # -- calls ----------------------------------------------------------------------------------
@@ -138,11 +142,33 @@ class GuardSession:
         except ApprovalStoreError as exc:
             # Raised before anything ran or after it was undone: no savepoint is open here.
             outcome = self._queue_unavailable(call, exc)
+        self._settle(outcome)
         outcome.duration_ms = (time.perf_counter() - started) * 1000
         self.outcomes.append(outcome)
         if self.observer is not None:
             self.observer.outcome(outcome)
         return outcome
+
+    def _settle(self, outcome: ToolOutcome) -> None:
+        """After a call: remember whether it kept anything; if nothing was ever kept but the call
+        ran and was undone (held, rolled back by a rule, failed), start a fresh transaction.
+
+        Rolling back to a savepoint does not release what the transaction holds in the database
+        (SQLite keeps its write lock until the transaction ends; PostgreSQL its row locks), so a
+        session whose kept changes are empty must not go on holding them (docs/adr/009).
+        """
+        if outcome.verdict is Verdict.ALLOWED and (outcome.effect is not EffectClass.READ or outcome.changes):
+            self.kept = True
+        elif outcome.verdict is not Verdict.ALLOWED and self._dirty and not self.kept:
+            self._restart()
+
+    def _restart(self) -> None:
+        """A new transaction in place of one that holds nothing of the session's (see :meth:`_settle`)."""
+        if not self.backend.transactional:
+            return
+        self.backend.rollback()
+        self.backend.begin()
+        self._dirty = False
 
     def _queue_unavailable(self, call: ToolCall, exc: ApprovalStoreError) -> ToolOutcome:
         info = self.tools.get(call.tool)
@@ -448,6 +474,7 @@ class GuardSession:
         except the backend's own errors, which propagate after the savepoint is rolled back.
         """
         savepoint = self.backend.savepoint()
+        self._dirty = True
         result: ToolResult | None = None
         failure: ToolFailure | None
         try:
@@ -468,6 +495,10 @@ class GuardSession:
             raise
         if failure is not None:
             self.backend.rollback_to(savepoint)
+            if failure.restart_transaction and not self.kept:
+                # The transaction's read snapshot may predate another writer's commit: SQLite
+                # then refuses it the write lock for good, so the retry needs a new one.
+                self._restart()
         return Attempt(
             _Forwarded(savepoint, result, changes),
             failure=failure,
