@@ -636,8 +636,10 @@ def replay_command(
 
 def _mount_campaign() -> None:
     """``bench run`` (benchmark.campaign.cli), ``bench agg|sbs|report`` (benchmark.campaign.analysis_cli)."""
+    from benchmark import chaos_cli
     from benchmark.campaign import analysis_cli, cli, corpus_cli
 
+    chaos_cli.register(bench_app)
     cli.register(bench_app)
     analysis_cli.register(bench_app)
     corpus_cli.register(bench_app)

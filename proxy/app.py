@@ -47,6 +47,7 @@ from proxy.audit import AuditLog
 from proxy.config import ConfigError, ProxyConfig
 from proxy.health import health_router
 from proxy.held import HeldCalls
+from proxy.ledger import SessionLedger
 from proxy.registry import SessionRegistry
 from proxy.server import GuardProxy
 from proxy.sessions import ProxySession, RollbackOutcome
@@ -88,20 +89,36 @@ def build_proxy(
     when the store cannot be reached.
     """
     held = _held_calls(config, review_url)
+    try:
+        ledger = _ledger(config)
+    except BaseException:
+        held.close()
+        raise
     recorder = Recorder(AuditLog(config.audit.path, config.audit.include_arguments))
     sessions = SessionRegistry(
         idle_timeout=config.sessions.idle_timeout_s,
         on_idle=config.sessions.on_idle,
         observer=recorder,
         held=held,
+        ledger=ledger,
     )
     try:
         proxy = GuardProxy.from_config(config, sessions, spare_connections=spare_connections)
     except BaseException:
         recorder.audit.close()
         held.close()
+        ledger.close()
         raise
     return proxy, recorder
+
+
+def _ledger(config: ProxyConfig) -> SessionLedger:
+    """The session ledger ``config.sessions.store`` names (a relative SQLite file was resolved against
+    the config's folder); raises ConfigError for a URL it cannot use."""
+    try:
+        return SessionLedger(config.sessions.store)
+    except ValueError as exc:
+        raise ConfigError(f"sessions.store: {exc}", field="sessions.store") from exc
 
 
 def _held_calls(config: ProxyConfig, review_url: str | None) -> HeldCalls:
@@ -147,6 +164,8 @@ async def serving(proxy: GuardProxy, recorder: Recorder, config: ProxyConfig) ->
         recorder.audit.close()
         if held is not None:
             held.close()
+        if proxy.sessions.ledger is not None:
+            proxy.sessions.ledger.close()
         telemetry.shutdown_telemetry()
 
 
@@ -205,11 +224,11 @@ def sessions_router(proxy: GuardProxy) -> APIRouter:
         visible = [s.describe() for s in proxy.sessions if caller.may_act_on(s.principal)]
         return JSONResponse({"sessions": visible})
 
-    @router.get("/{session_id}", responses=_NO_SESSION)
+    @router.get("/{session_id:path}", responses=_NO_SESSION)
     async def get_session(session_id: str, caller: _Caller) -> JSONResponse:
         return JSONResponse(find(session_id, caller).describe())
 
-    @router.post("/{session_id}/commit", responses=_NO_SESSION)
+    @router.post("/{session_id:path}/commit", responses=_NO_SESSION)
     async def commit(session_id: str, caller: _Caller) -> JSONResponse:
         session = find(session_id, caller)
         with telemetry.span("shadowguard.commit", session=session_id, via="api"):
@@ -223,7 +242,7 @@ def sessions_router(proxy: GuardProxy) -> APIRouter:
             }
         )
 
-    @router.post("/{session_id}/rollback", responses=_NO_SESSION)
+    @router.post("/{session_id:path}/rollback", responses=_NO_SESSION)
     async def rollback(session_id: str, caller: _Caller) -> JSONResponse:
         outcome = await find(session_id, caller).rollback("api")
         return JSONResponse(
@@ -417,7 +436,7 @@ async def run_stdio(
                 announce(_url(config.http.host, sock))
             with anyio.CancelScope() as agent:
                 await tg.start(_on_signal, agent.cancel)
-                await proxy.serve_stdio()
+                await proxy.serve_stdio(config.http.max_body_bytes)
             if server is not None:
                 server.should_exit = True
             tg.cancel_scope.cancel()

@@ -39,11 +39,15 @@ logger = logging.getLogger("shadowguard.audit")
 
 
 def arguments_digest(arguments: Mapping[str, Any]) -> str:
-    """``sha256:<hex>`` of the arguments as canonical JSON (sorted keys, no whitespace)."""
+    """``sha256:<hex>`` of the arguments as canonical JSON (sorted keys, no whitespace).
+
+    Text that is not valid Unicode (a lone surrogate, which JSON can spell) is digested as its
+    surrogate code units, so that the record of a refused call can still be written.
+    """
     canonical = json.dumps(
         to_jsonable_python(arguments), sort_keys=True, separators=(",", ":"), ensure_ascii=False
     )
-    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _violations(violations: list[Violation]) -> list[dict[str, Any]]:
@@ -72,7 +76,9 @@ class AuditLog:
         self._file: IO[str] | None = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = path.open("a", encoding="utf-8")
+            # A lone surrogate (in a refused call's tool name or arguments) is written as its JSON
+            # escape (\\udXXX inside a JSON string), so every line stays valid JSON and valid UTF-8.
+            self._file = path.open("a", encoding="utf-8", errors="backslashreplace")
 
     def record_call(self, outcome: ToolOutcome, session_id: str | None) -> dict[str, Any]:
         """Write the record of one decided call; returns what was written."""

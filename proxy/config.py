@@ -23,6 +23,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from guard.limits import DEFAULT_LIMITS, ArgumentLimits
+
 ENV_PREFIX = "SHADOWGUARD_"
 ENV_NESTING = "__"
 
@@ -99,6 +101,10 @@ class CommitToolConfig(_Section):
 class SessionsConfig(_Section):
     idle_timeout_s: float = Field(default=900.0, gt=0)
     on_idle: Literal["rollback"] = "rollback"
+    store: str = Field(default="sqlite:///shadowguard-sessions.db", pattern=r"^(sqlite|postgresql)\S*://\S*$")
+    """The session ledger (proxy.ledger): a SQLAlchemy URL (``sqlite:///file.db`` relative to the
+    config's folder, or ``postgresql://...``) where sessions holding uncommitted writes are noted, so
+    that a ``commit`` after a crash and restart is refused as lost. One per replica."""
 
     @field_validator("on_idle", mode="before")
     @classmethod
@@ -116,6 +122,26 @@ class HttpConfig(_Section):
     port: int = Field(default=8790, ge=0, le=65535)
     """0 picks a free port."""
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    """The largest request body ``/mcp`` accepts (HTTP 413 above it)."""
+
+
+class LimitsConfig(_Section):
+    """Bounds on one call's arguments, checked before anything else is done with them
+    (:mod:`guard.limits`): a call over one is refused as ``invalid_arguments`` naming the limit."""
+
+    max_argument_bytes: int = Field(default=DEFAULT_LIMITS.max_bytes, gt=0)
+    """The arguments' size as compact UTF-8 JSON."""
+    max_argument_keys: int = Field(default=DEFAULT_LIMITS.max_keys, gt=0)
+    """Object members plus array items, over the whole arguments value."""
+    max_argument_depth: int = Field(default=DEFAULT_LIMITS.max_depth, gt=0)
+    """Nesting of objects and arrays; the arguments object is level 1."""
+
+    def arguments(self) -> ArgumentLimits:
+        return ArgumentLimits(
+            max_bytes=self.max_argument_bytes,
+            max_keys=self.max_argument_keys,
+            max_depth=self.max_argument_depth,
+        )
 
 
 class AuditConfig(_Section):
@@ -251,6 +277,7 @@ class ProxyConfig(BaseSettings):
     commit_tool: CommitToolConfig = Field(default_factory=CommitToolConfig)
     sessions: SessionsConfig = Field(default_factory=SessionsConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
     audit: AuditConfig = Field(default_factory=AuditConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
@@ -307,7 +334,10 @@ class ProxyConfig(BaseSettings):
         ]
         audit = self.audit.model_copy(update={"path": _absolute(self.audit.path, base)})
         approvals = self.approvals.model_copy(update={"store": _absolute_sqlite(self.approvals.store, base)})
-        resolved = self.model_copy(update={"upstreams": upstreams, "audit": audit, "approvals": approvals})
+        sessions = self.sessions.model_copy(update={"store": _absolute_sqlite(self.sessions.store, base)})
+        resolved = self.model_copy(
+            update={"upstreams": upstreams, "audit": audit, "approvals": approvals, "sessions": sessions}
+        )
         # model_fields_set keeps saying which sections the file or environment gave, as before
         resolved.__pydantic_fields_set__ = set(self.model_fields_set)
         return resolved

@@ -1,8 +1,9 @@
 """Liveness, readiness and metrics endpoints for orchestrators and scrapers.
 
 * ``GET /healthz`` - 200 while the process serves HTTP at all (liveness: restart me if this fails).
-* ``GET /readyz`` - 200 when every upstream is ready, else 503 naming the ones that are not
-  (readiness: send me traffic). A proxy without upstreams is not ready: it has nothing to serve.
+* ``GET /readyz`` - 200 when every upstream is ready and the approval store (if any) answers a read,
+  else 503 naming what is not (readiness: send me traffic; held calls and commits fail closed while
+  the store is down). A proxy without upstreams is not ready: it has nothing to serve.
 * ``GET /metrics`` - the Prometheus text exposition of :data:`proxy.telemetry.REGISTRY`.
 """
 
@@ -18,7 +19,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from proxy.telemetry import REGISTRY
 
 Readiness = Callable[[], Mapping[str, bool] | Awaitable[Mapping[str, bool]]]
-"""Upstream name -> ready, sync or async (e.g. connected and its tool list loaded)."""
+"""Upstream name (or ``"approval store"``) -> ready, sync or async (e.g. connected and its tool
+list loaded)."""
 
 
 def health_router(readiness: Readiness, *, registry: CollectorRegistry = REGISTRY) -> APIRouter:

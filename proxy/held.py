@@ -54,6 +54,8 @@ the same call again finds it too)."""
 
 SWEEP_EVERY_S = 30.0
 PAGE = 1000
+READY_TIMEOUT_S = 2.0
+"""How long /readyz waits for the approval store to answer."""
 """Pending requests read per query when the sweep counts the queue."""
 _TIMED_MAX = 4096
 """How many decisions a replica remembers having timed, so that two calls waiting for one request
@@ -246,6 +248,20 @@ class HeldCalls:
         else:
             telemetry.record_approvals_swept(pending)
         return expired
+
+    async def reachable(self, timeout_s: float = READY_TIMEOUT_S) -> bool:
+        """Whether the store answers a read within ``timeout_s`` (``/readyz``: held calls and commits
+        fail closed while it does not, so the replica should not take traffic)."""
+        probe = ApprovalQuery(states=[ApprovalState.PENDING], limit=1)
+        with anyio.move_on_after(timeout_s):
+            try:
+                await anyio.to_thread.run_sync(self.store.list, probe, abandon_on_cancel=True)
+            except ApprovalStoreError as exc:
+                logger.warning("readiness: the approval store cannot be read: %s", exc)
+                return False
+            return True
+        logger.warning("readiness: the approval store did not answer within %.1f s", timeout_s)
+        return False
 
     def count_pending(self) -> int:
         """How many requests in the store await a decision (worker thread; reads them page by page)."""

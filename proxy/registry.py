@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 
 from guard.metrics import CallObserver
 from guard.models import CommitOutcome, ToolOutcome
 from proxy.held import HeldCalls
+from proxy.ledger import SessionLedger
 from proxy.sessions import EndReason, OnIdle, ProxySession, RollbackOutcome, SessionObserver, silent
 
 logger = logging.getLogger(__name__)
@@ -49,6 +51,9 @@ class SessionRegistry:
     clock: Callable[[], float] = time.monotonic
     held: HeldCalls | None = None
     """The approval queue the sessions hold calls in (None: held calls are only reported)."""
+    ledger: SessionLedger | None = None
+    """Where sessions holding uncommitted writes are noted durably (None: nowhere; a commit after a
+    crash then cannot tell lost work from none)."""
     _sessions: dict[str, ProxySession] = field(default_factory=dict)
     _ended: OrderedDict[str, EndReason] = field(default_factory=OrderedDict)
 
@@ -64,6 +69,16 @@ class SessionRegistry:
     def ended(self, session_id: str) -> EndReason | None:
         """Why a recently ended session ended (None: not ended, or long forgotten)."""
         return self._ended.get(session_id)
+
+    async def take_lost(self, session_id: str, principal: str | None) -> str | None:
+        """For an id with no open session: why its uncommitted writes were lost, if the ledger says
+        so (told once), else None."""
+        if self.ledger is None:
+            return None
+        lost: str | None = await anyio.to_thread.run_sync(
+            self.ledger.take_lost, session_id, principal, limiter=self.limiter
+        )
+        return lost
 
     def notify_call(self, outcome: ToolOutcome) -> None:
         """Report a call decided outside any session (refused before it reached one)."""
@@ -92,6 +107,7 @@ class SessionRegistry:
             call_observer=self.call_observer,
             clock=self.clock,
             held=self.held,
+            ledger=self.ledger,
         )
         self._sessions[session_id] = session
         self._ended.pop(session_id, None)

@@ -46,20 +46,26 @@ from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from guard.approvals.models import ApprovalStore
-from guard.errors import ErrorClass
+from guard.errors import ErrorClass, InvalidArguments
+from guard.limits import DEFAULT_LIMITS, ArgumentLimits, check_arguments
 from guard.models import CommitOutcome, EffectClass, ErrorHint, ToolCall, ToolOutcome, Verdict, Violation
 from guard.session import RESERVED_PREFIX
 from proxy import telemetry
 from proxy.config import ConfigError, ProxyConfig
 from proxy.held import APPROVAL_META_KEY, HeldCalls
 from proxy.registry import SessionLimitError, SessionOwnerError, SessionRegistry
-from proxy.sessions import SESSION_META_KEY, ProxySession, RollbackOutcome
+from proxy.sessions import SESSION_META_KEY, ProxySession, RollbackOutcome, lost_message
 from proxy.stdio import stdio_streams
 from proxy.upstreams import ToolRoute, Upstream, UpstreamError, build_catalog, strip_reserved_meta
 
 logger = logging.getLogger(__name__)
 
 OUTCOME_META_KEY = "shadowguard/outcome"
+APPROVAL_STORE_READY = "approval store"
+"""The ``/readyz`` entry of the approval queue (no upstream can have this name: it has a space)."""
+PRINCIPAL_PREFIX = "principal:"
+"""The session of an authenticated principal that names none is ``principal:<name>``; no other
+caller may name it (it would squat on the principal's sessionless calls)."""
 MAX_SESSION_ID = 256
 MAX_APPROVAL_ID = 128
 APPROVAL_INPUT_KEY = "shadowguard/approval"
@@ -72,8 +78,23 @@ Ctx = ServerRequestContext[Any, Any]
 _EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
 
+_UNAVAILABLE = (
+    "the session id {session!r} cannot be used by this caller; choose another (an unguessable id of your "
+    "own, sent in _meta['shadowguard/session'] with every call of the session)"
+)
+
+
 def _invalid(message: str) -> MCPError:
     return MCPError(code=types.INVALID_PARAMS, message=message)
+
+
+def _unicode(text: str) -> bool:
+    """No lone surrogates: the id is written to the audit log and answered in JSON."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def principal_of(ctx: Ctx) -> str | None:
@@ -104,10 +125,16 @@ def session_identity(ctx: Ctx, stdio_session: str) -> tuple[str, str | None]:
     meta: Mapping[str, Any] = ctx.meta or {}
     if SESSION_META_KEY in meta:
         value = meta[SESSION_META_KEY]
-        if not isinstance(value, str) or not value or len(value) > MAX_SESSION_ID:
+        if not isinstance(value, str) or not value or len(value) > MAX_SESSION_ID or not _unicode(value):
             raise _invalid(
-                f"_meta[{SESSION_META_KEY!r}] must be a non-empty string "
+                f"_meta[{SESSION_META_KEY!r}] must be a non-empty string of valid Unicode "
                 f"of at most {MAX_SESSION_ID} characters"
+            )
+        if value.startswith(PRINCIPAL_PREFIX) and value != f"{PRINCIPAL_PREFIX}{principal}":
+            raise _invalid(
+                f"_meta[{SESSION_META_KEY!r}]: ids starting with {PRINCIPAL_PREFIX!r} are reserved for the "
+                "sessions of authenticated principals (a caller's own is used when it sends no id); "
+                "choose another id"
             )
         return value, principal
     if ctx.request is None:
@@ -116,7 +143,7 @@ def session_identity(ctx: Ctx, stdio_session: str) -> tuple[str, str | None]:
     if header and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
         return str(header), principal
     if principal is not None:
-        return f"principal:{principal}", principal
+        return f"{PRINCIPAL_PREFIX}{principal}", principal
     raise _invalid(
         f"no guard session: this request carries no _meta[{SESSION_META_KEY!r}], and the 2026-07-28 HTTP era "
         "is sessionless (no Mcp-Session-Id) with no authenticated principal. Send a session id of your "
@@ -130,7 +157,7 @@ def approval_of(ctx: Ctx) -> str | None:
     if APPROVAL_META_KEY not in meta:
         return None
     value = meta[APPROVAL_META_KEY]
-    if not isinstance(value, str) or not value or len(value) > MAX_APPROVAL_ID:
+    if not isinstance(value, str) or not value or len(value) > MAX_APPROVAL_ID or not _unicode(value):
         raise _invalid(
             f"_meta[{APPROVAL_META_KEY!r}] must be an approval request id: a non-empty string "
             f"of at most {MAX_APPROVAL_ID} characters"
@@ -285,6 +312,10 @@ def render_outcome(
     )
 
 
+_GONE_RULES = frozenset({"changes_lost", "session_rolled_back", "commit_failed", "partial_commit"})
+"""Refusals after which the refused changes are not pending any more (they were rolled back)."""
+
+
 def render_commit(outcome: CommitOutcome, session_id: str | None) -> types.CallToolResult:
     stamp: dict[str, Any] = {"verdict": "committed" if outcome.committed else "refused"}
     if session_id is not None:
@@ -299,6 +330,13 @@ def render_commit(outcome: CommitOutcome, session_id: str | None) -> types.CallT
             f"Committed: {len(outcome.changes)} row change(s) are now durable."
             if outcome.changes
             else "Committed: there were no changes to make durable."
+        )
+    elif any(v.rule_id in _GONE_RULES for v in outcome.violations):
+        text = "\n".join(
+            [
+                "Commit refused: nothing was committed, and changes of this session were lost (see below).",
+                *(_violation_text(v) for v in outcome.violations),
+            ]
         )
     else:
         text = "\n".join(
@@ -353,6 +391,21 @@ def _unknown_tool(tool: str, arguments: Mapping[str, Any]) -> ToolOutcome:
     )
 
 
+def _refused_arguments(
+    tool: str, arguments: Mapping[str, Any], session_id: str, principal: str | None, failure: InvalidArguments
+) -> ToolOutcome:
+    """Refused before a session or a worker thread is involved: the arguments pass a limit (their
+    digest is still computed for the audit record: bounded by the transport's body limit)."""
+    return ToolOutcome(
+        call=ToolCall(session_id=session_id, principal=principal, tool=tool, arguments=dict(arguments)),
+        effect=EffectClass.WRITE,
+        verdict=Verdict.REFUSED,
+        error_class=failure.error_class.value,
+        violations=[],
+        hint=failure.hint(),
+    )
+
+
 # -- the proxy --------------------------------------------------------------------------------------
 
 
@@ -373,8 +426,10 @@ class GuardProxy:
         rollback_tool: str | None = ROLLBACK_TOOL,
         name: str = "shadowguard",
         instructions: str | None = None,
+        limits: ArgumentLimits = DEFAULT_LIMITS,
     ) -> None:
         self.upstreams = list(upstreams)
+        self.limits = limits
         self.sessions = sessions
         if commit_tool is not None and commit_tool == rollback_tool:
             raise ConfigError(
@@ -407,7 +462,7 @@ class GuardProxy:
         upstream (HTTP serves many agents; a stdio proxy serves one and does without)."""
         commit = config.commit_tool.name if config.commit_tool.enabled else None
         upstreams = [Upstream.from_settings(u, keep_spare=spare_connections) for u in config.upstreams]
-        return cls(upstreams, sessions, commit_tool=commit)
+        return cls(upstreams, sessions, commit_tool=commit, limits=config.limits.arguments())
 
     def _proxy_tools(self) -> dict[str, types.Tool]:
         tools: dict[str, types.Tool] = {}
@@ -501,14 +556,20 @@ class GuardProxy:
         held = self.sessions.held
         return held.store if held is not None else None
 
-    def readiness(self) -> dict[str, bool]:
-        """Upstream name -> ready (connected, tool list loaded); for ``/readyz``."""
-        return {u.name: self._running and u.ready for u in self.upstreams}
+    async def readiness(self) -> dict[str, bool]:
+        """Upstream name -> ready (connected, tool list loaded), and with an approval queue
+        ``"approval store"`` -> it answers a read; for ``/readyz``."""
+        ready = {u.name: self._running and u.ready for u in self.upstreams}
+        held = self.held
+        if held is not None and ready:
+            ready[APPROVAL_STORE_READY] = await held.reachable()
+        return ready
 
-    async def serve_stdio(self) -> None:
-        """Serve one agent on stdin/stdout (either era) until stdin closes; its session ends with it."""
+    async def serve_stdio(self, max_line_bytes: int | None = None) -> None:
+        """Serve one agent on stdin/stdout (either era) until stdin closes; its session ends with it.
+        A line longer than ``max_line_bytes`` is refused with ``-32600`` (proxy.stdio)."""
         try:
-            async with stdio_streams() as (read_stream, write_stream):
+            async with stdio_streams(max_line_bytes) as (read_stream, write_stream):
                 await self.server.run(read_stream, write_stream, self.server.create_initialization_options())
         finally:
             with anyio.CancelScope(shield=True):
@@ -544,10 +605,12 @@ class GuardProxy:
                     if session is not None:
                         outcome = await session.commit()
                     else:
-                        outcome = self._commit_without_session(session_id)
+                        lost = await self.sessions.take_lost(session_id, principal)
+                        outcome = self._commit_without_session(session_id, lost)
                         self.sessions.notify_commit(session_id, outcome)
                 return render_commit(outcome, session_id)
             if session is None:
+                await self.sessions.take_lost(session_id, principal)
                 return render_rollback(None, session_id)
             pending = session.in_transaction
             rollback = await session.rollback("agent")
@@ -558,10 +621,15 @@ class GuardProxy:
             self.sessions.notify_call(refused)
             return render_outcome(refused, None, None)
         session_id, principal = session_identity(ctx, self.stdio_session)
+        too_big = check_arguments(name, arguments, self.limits)
+        if too_big is not None:
+            refused = _refused_arguments(name, arguments, session_id, principal, too_big)
+            self.sessions.notify_call(refused)
+            return render_outcome(refused, None, session_id, tool=route.exposed)
         try:
             session = self.sessions.open(session_id, principal)
         except SessionOwnerError as exc:
-            raise _invalid(str(exc)) from exc
+            raise _invalid(_UNAVAILABLE.format(session=session_id)) from exc
         except SessionLimitError as exc:
             raise MCPError(code=types.INVALID_REQUEST, message=str(exc)) from exc
         approval_id = approval_of(ctx) or _approval_in_state(params.request_state)
@@ -574,9 +642,21 @@ class GuardProxy:
             return render_input_required(result.outcome, session_id, route.exposed)
         return render_outcome(result.outcome, result.upstream_result, session_id, tool=route.exposed)
 
-    def _commit_without_session(self, session_id: str) -> CommitOutcome:
-        """Nothing is open under this id: fine, unless the session was rolled back behind the agent."""
+    def _commit_without_session(self, session_id: str, lost: str | None) -> CommitOutcome:
+        """Nothing is open under this id: fine, unless the session was rolled back behind the agent
+        (``lost``: the ledger's reason, e.g. the proxy restarted since the session wrote)."""
         ended = self.sessions.ended(session_id)
+        if lost is not None and ended not in ("idle", "closed"):
+            return CommitOutcome(
+                committed=False,
+                violations=[
+                    Violation(
+                        rule_id="changes_lost",
+                        message=f"Not committed: {lost_message(lost)}",
+                        hint="Redo the changes if they are still needed, then commit.",
+                    )
+                ],
+            )
         if ended is None or ended == "shutdown":
             return CommitOutcome(committed=True)
         why = {
@@ -595,9 +675,10 @@ class GuardProxy:
         )
 
     def _existing(self, session_id: str, principal: str | None) -> ProxySession | None:
+        """The caller's open session with this id; another principal's is answered as no session at all."""
         session = self.sessions.get(session_id)
         if session is not None and session.principal != principal:
-            raise _invalid(f"session {session_id!r} belongs to another principal")
+            return None
         return session
 
 

@@ -72,6 +72,7 @@ from guard.models import (
 from guard.session import GuardSession, ToolResult
 from guard.txext import RemoteBackend, TransactionError
 from proxy.held import CANCEL_REASONS, HeldCalls
+from proxy.ledger import RESTARTED, LedgerError, SessionLedger
 from proxy.upstreams import (
     CALL_TIMEOUT_S,
     Upstream,
@@ -91,6 +92,23 @@ OnIdle = Literal["rollback"]
 EndReason = Literal["idle", "closed", "shutdown"]
 RollbackReason = Literal["agent", "api", "idle", "closed", "shutdown", "upstream_failed", "commit_failed"]
 """Why a session's transactions were rolled back (a metric label: keep the set small)."""
+
+
+_LOST_BECAUSE = {
+    RESTARTED: "the proxy stopped before they were committed (it was restarted), and its upstream "
+    "transactions were rolled back",
+    "idle": "the session was idle for longer than the idle timeout and was rolled back",
+    "closed": "the session's connection was closed and it was rolled back",
+    "shutdown": "the proxy shut down and rolled the session back",
+    "upstream_failed": "an upstream failed and the session was rolled back",
+    "commit_failed": "a commit failed and the session was rolled back",
+}
+
+
+def lost_message(reason: str) -> str:
+    """Why a session's uncommitted changes are gone, for a ledger ``reason`` (proxy.ledger)."""
+    why = _LOST_BECAUSE.get(reason, f"the session was rolled back ({reason})")
+    return f"This session's uncommitted changes were lost: {why}."
 
 
 class RollbackOutcome(BaseModel):
@@ -172,6 +190,7 @@ class ProxySession:
         call_observer: CallObserver | None = None,
         clock: Callable[[], float] = time.monotonic,
         held: HeldCalls | None = None,
+        ledger: SessionLedger | None = None,
     ) -> None:
         self.id = session_id
         self.principal = principal
@@ -193,6 +212,10 @@ class ProxySession:
         """The approval store and settings; None: held calls are only reported (no queue)."""
         self._gates: dict[str, ApprovalGate] = {}
         self._waiting = 0
+        self.ledger = ledger
+        """Where the session is noted while it holds uncommitted writes (None: nowhere)."""
+        self._looked_up = ledger is None
+        self._recorded = False
 
     # -- state
     @property
@@ -309,14 +332,55 @@ class ProxySession:
     ) -> CallResult:
         self._forwarded = None
         try:
+            self._look_up_loss()
             guard = leg.guard if leg.guard is not None else self._begin(leg)
             outcome = guard.call(tool, arguments, approval_id=approval_id)
+            if guard.kept and not self._recorded and self.ledger is not None:
+                self.ledger.opened(self.id, self.principal)
+                self._recorded = True
         except (BackendError, UpstreamError, MCPError) as exc:
             return CallResult(self._broken(leg, tool, arguments, exc))
+        except LedgerError as exc:
+            return CallResult(self._unrecorded(leg, tool, arguments, exc))
         except BaseException:
             self._rollback_sync("upstream_failed")
             raise
         return CallResult(outcome, self._forwarded if outcome.verdict is not Verdict.REFUSED else None)
+
+    def _look_up_loss(self) -> None:
+        """On the session's first call: were writes of an earlier life of this id lost (the ledger)?"""
+        if self._looked_up or self.ledger is None:
+            return
+        reason = self.ledger.take_lost(self.id, self.principal)
+        self._looked_up = True
+        if reason is not None:
+            self.lost = lost_message(reason)
+
+    def _unrecorded(
+        self, leg: _Leg, tool: str, arguments: Mapping[str, Any], exc: LedgerError
+    ) -> ToolOutcome:
+        """A kept write the ledger could not note: undone, since a crash would then go unreported."""
+        logger.warning("session %s: %s", self.id, exc)
+        rollback = self._rollback_sync("upstream_failed")
+        message = (
+            f"The proxy could not note that this session holds uncommitted changes ({exc}), so "
+            f"{tool} and every uncommitted change of this session were rolled back; nothing was committed."
+        )
+        if rollback.not_reversed:
+            message += " Not undone: " + "; ".join(rollback.not_reversed) + "."
+        self.lost = message
+        step = "Try again later: the next call opens a new transaction. Redo the lost changes."
+        return ToolOutcome(
+            call=self._tool_call(tool, arguments),
+            effect=self._effect(leg.upstream, tool, arguments),
+            verdict=Verdict.FAILED,
+            error_class=ErrorClass.TRANSIENT.value,
+            result=message,
+            violations=[Violation(rule_id="session_not_recorded", message=message, hint=step)],
+            hint=ErrorHint(
+                error_class=ErrorClass.TRANSIENT.value, message=message, next_step=step, retryable=True
+            ),
+        )
 
     def _begin(self, leg: _Leg) -> GuardSession:
         """Open the leg's next transaction (worker thread)."""
@@ -477,10 +541,13 @@ class ProxySession:
         return outcome
 
     def _commit_sync(self) -> CommitOutcome:
+        self._look_up_loss()
         legs = [leg for leg in self._legs.values() if leg.guard is not None]
         if self.lost is not None:
             lost, self.lost = self.lost, None
             since = " The changes made since then are still pending." if legs else ""
+            if not legs:
+                self._forget()
             return CommitOutcome(
                 committed=False,
                 violations=[
@@ -527,7 +594,14 @@ class ProxySession:
             leg.guard = None
             leg.remote = None
             committed.append(leg.upstream.name)
+        self._forget()
         return CommitOutcome(committed=True, changes=changes)
+
+    def _forget(self) -> None:
+        """The session holds no uncommitted writes the agent does not know the fate of."""
+        if self.ledger is not None:
+            self.ledger.forget(self.id)
+        self._recorded = False
 
     def _pending_approvals(self) -> CommitOutcome | None:
         """A refusal while the session has requests waiting for a reviewer (worker thread), else None."""
@@ -644,6 +718,12 @@ class ProxySession:
                 leg.connection.lost = True
                 logger.warning("session %s: rollback on %r failed: %s", self.id, leg.upstream.name, exc)
         outcome = RollbackOutcome(rolled_back=not not_reversed, not_reversed=not_reversed, changes=changes)
+        if self._recorded and self.ledger is not None:
+            if reason in ("agent", "api"):
+                self._forget()
+            else:
+                self.ledger.ended(self.id, reason)
+                self._recorded = False
         if rolled_any:
             self.observer.rollback(self.id, reason, outcome)
         return outcome

@@ -159,7 +159,10 @@ def test_unrelated_shadowguard_variables_are_not_config(
     monkeypatch.setenv("SHADOWGUARD_BENCH_DATA", "/nowhere")
     monkeypatch.chdir(tmp_path)
     store = f"sqlite:///{tmp_path / 'shadowguard-approvals.db'}"
-    assert ProxyConfig.load(None) == ProxyConfig.model_validate({"approvals": {"store": store}})
+    ledger = f"sqlite:///{tmp_path / 'shadowguard-sessions.db'}"
+    assert ProxyConfig.load(None) == ProxyConfig.model_validate(
+        {"approvals": {"store": store}, "sessions": {"store": ledger}}
+    )
 
 
 def test_a_bad_environment_value_names_the_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -162,7 +162,7 @@ async def test_stdio_bad_lines_get_json_rpc_errors_and_the_side_port_serves(
     config = harness.write_config(
         module_tmp / f"stdio-{mode}.yaml",
         [harness.journal_upstream(upstreams.journal.url)],
-        http={"host": "127.0.0.1", "port": 0},
+        http={"host": "127.0.0.1", "port": 0, "max_body_bytes": 4096},
     )
     log = module_tmp / f"stdio-{mode}.log"
     with log.open("wb") as stderr:
@@ -190,6 +190,11 @@ async def test_stdio_bad_lines_get_json_rpc_errors_and_the_side_port_serves(
         }
         await send({"jsonrpc": "2.0", "result": 5})
         assert error_code(await receive()) == -32600
+        # A line over http.max_body_bytes is skipped (never held whole) and answered -32600.
+        await send({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"x": "y" * 20_000}})
+        too_long = await receive()
+        assert error_code(too_long) == -32600 and too_long["id"] is None
+        assert "over the limit of 4096 bytes (http.max_body_bytes)" in too_long["error"]["message"]
         if mode != MODERN:
             init = {
                 "protocolVersion": "2025-11-25",
@@ -226,7 +231,8 @@ async def test_stdio_bad_lines_get_json_rpc_errors_and_the_side_port_serves(
         base = side[side.index("http://") :].rsplit("/mcp", 1)[0]
         async with httpx2.AsyncClient(base_url=base) as http:
             ready = await http.get("/readyz")
-            assert ready.status_code == 200 and ready.json()["upstreams"] == {"journal": True}
+            assert ready.status_code == 200
+            assert ready.json()["upstreams"] == {"journal": True, "approval store": True}
             sessions = (await http.get("/api/sessions")).json()["sessions"]
             assert [s["id"] for s in sessions] == [session]
 
