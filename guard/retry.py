@@ -21,6 +21,7 @@ for, not slept.
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -50,6 +51,22 @@ class SystemClock:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
+
+
+class RetryStopped(Exception):
+    """A retry's wait was cut short because its process is stopping; the call is not sent again."""
+
+
+class StoppableClock(SystemClock):
+    """Monotonic time and sleeps that end when ``stop`` is set (raising :class:`RetryStopped`), so that
+    a process shutting down does not wait for retry loops to run out their deadline."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+
+    def sleep(self, seconds: float) -> None:
+        if self.stop.wait(max(seconds, 0.0)):
+            raise RetryStopped("the process is stopping; the call was not retried")
 
 
 class VirtualClock:

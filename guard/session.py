@@ -494,11 +494,13 @@ class GuardSession:
             self.backend.rollback_to(savepoint)
             raise
         if failure is not None:
-            self.backend.rollback_to(savepoint)
-            if failure.restart_transaction and not self.kept:
+            if failure.restart_transaction and not self.kept and self.backend.transactional:
                 # The transaction's read snapshot may predate another writer's commit: SQLite
-                # then refuses it the write lock for good, so the retry needs a new one.
+                # then refuses it the write lock for good, so the retry needs a new one (ending
+                # the transaction undoes the attempt too).
                 self._restart()
+            else:
+                self.backend.rollback_to(savepoint)
         return Attempt(
             _Forwarded(savepoint, result, changes),
             failure=failure,

@@ -29,6 +29,10 @@ from guard.models import ChangeSet, Op, RowChange
 from guard.sqltext import parse_select, transpile
 
 LOG = "_sg_changes"
+LOCK_TIMEOUT_S = 0.25
+"""How long a statement of a shadow transaction waits for a lock another transaction holds before it
+fails (SQLite ``busy_timeout``, PostgreSQL ``lock_timeout``). Short on purpose: the waiter holds a
+server thread while it waits, and the guard retries the call with backoff (docs/adr/009)."""
 KeyFn = Callable[[Mapping[str, Any]], str]
 
 
@@ -103,7 +107,9 @@ class SqlBackend:
     ``tables`` are the watched tables. ``keys`` maps a table name to the function giving a row's key
     (default: its primary key columns). ``hidden`` columns are bookkeeping, left out of row images.
     If the connection is already inside a transaction (e.g. a benchmark environment), the session
-    runs in a savepoint of it and :meth:`commit` releases that savepoint.
+    runs in a savepoint of it and :meth:`commit` releases that savepoint. ``lock_timeout_s`` bounds
+    every lock wait of the session's statements (None: the connection's own setting; it is set on
+    the connection for SQLite, for the transaction on PostgreSQL).
     """
 
     transactional = True
@@ -115,7 +121,11 @@ class SqlBackend:
         *,
         keys: Mapping[str, KeyFn] | None = None,
         hidden: Collection[str] = (),
+        lock_timeout_s: float | None = LOCK_TIMEOUT_S,
     ) -> None:
+        if lock_timeout_s is not None and lock_timeout_s < 0:
+            raise ValueError(f"lock_timeout_s must be >= 0, got {lock_timeout_s}")
+        self.lock_timeout_s = lock_timeout_s
         self.connection = connection
         self.tables = {t.name: t for t in tables}
         self.keys = {name: (keys or {}).get(name) or _primary_key(t) for name, t in self.tables.items()}
@@ -141,6 +151,12 @@ class SqlBackend:
             raise BackendError("session already begun")
         if not self.connection.in_transaction():
             self._outer = self.connection.begin()
+        if self.lock_timeout_s is not None:
+            millis = round(self.lock_timeout_s * 1000)
+            if self.dialect == "sqlite":
+                self.connection.exec_driver_sql(f"PRAGMA busy_timeout = {millis}")
+            elif self.dialect == "postgresql":
+                self.connection.exec_driver_sql(f"SET LOCAL lock_timeout = {millis}")
         self._install()
         self._session = self.connection.begin_nested()
         self._begin_mark = self._mark()
@@ -163,6 +179,9 @@ class SqlBackend:
     def rollback(self) -> None:
         self._require()
         assert self._session is not None
+        if self._savepoints:
+            # Innermost first, so that SQLAlchemy's stack of nested transactions stays in step.
+            self._close(min(self._savepoints, key=lambda n: int(n[2:])), keep=False)
         self._session.rollback()
         self._session = None
         self._savepoints.clear()

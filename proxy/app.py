@@ -386,8 +386,15 @@ class _Uvicorn(uvicorn.Server):
         yield
 
 
+SHUTDOWN_GRACE_S = 5
+"""After SIGINT/SIGTERM, requests still running after this long are cancelled (then every session is
+rolled back): a stop never waits for a slow upstream or a long retry."""
+
+
 def _uvicorn(app: ASGIApp) -> uvicorn.Server:
-    return _Uvicorn(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    return _Uvicorn(
+        uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
+    )
 
 
 async def _on_signal(
@@ -410,6 +417,7 @@ async def run_http(config: ProxyConfig, *, announce: Callable[[str], None] = ann
 
             def stop() -> None:
                 server.should_exit = True
+                proxy.sessions.stop_retrying()
 
             await tg.start(_on_signal, stop)
             announce(_url(config.http.host, sock))
@@ -435,7 +443,12 @@ async def run_stdio(
                 tg.start_soon(_serve_side, server, sock)
                 announce(_url(config.http.host, sock))
             with anyio.CancelScope() as agent:
-                await tg.start(_on_signal, agent.cancel)
+
+                def stop() -> None:
+                    proxy.sessions.stop_retrying()
+                    agent.cancel()
+
+                await tg.start(_on_signal, stop)
                 await proxy.serve_stdio(config.http.max_body_bytes)
             if server is not None:
                 server.should_exit = True

@@ -9,6 +9,7 @@ answered "nothing to commit".
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -54,6 +55,8 @@ class SessionRegistry:
     ledger: SessionLedger | None = None
     """Where sessions holding uncommitted writes are noted durably (None: nowhere; a commit after a
     crash then cannot tell lost work from none)."""
+    stopping: threading.Event = field(default_factory=threading.Event)
+    """Set by :meth:`stop_retrying` when the proxy stops: calls still retrying give up at once."""
     _sessions: dict[str, ProxySession] = field(default_factory=dict)
     _ended: OrderedDict[str, EndReason] = field(default_factory=OrderedDict)
 
@@ -108,6 +111,7 @@ class SessionRegistry:
             clock=self.clock,
             held=self.held,
             ledger=self.ledger,
+            stopping=self.stopping,
         )
         self._sessions[session_id] = session
         self._ended.pop(session_id, None)
@@ -154,8 +158,14 @@ class SessionRegistry:
             await anyio.sleep(period)
             await self.reap_idle()
 
+    def stop_retrying(self) -> None:
+        """The proxy is stopping: a call waiting to be retried is not retried (it fails at once)."""
+        self.stopping.set()
+
     async def close_all(self, reason: EndReason = "shutdown") -> None:
         """Roll back and close every session at once (never a commit)."""
+        if reason == "shutdown":
+            self.stop_retrying()
         async with anyio.create_task_group() as tg:
             for session_id in list(self._sessions):
                 tg.start_soon(self.end, session_id, reason)

@@ -37,6 +37,7 @@ a rollback or the session's end cancels them.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -69,6 +70,7 @@ from guard.models import (
     Verdict,
     Violation,
 )
+from guard.retry import RetryPolicy, StoppableClock
 from guard.session import GuardSession, ToolResult
 from guard.txext import RemoteBackend, TransactionError
 from proxy.held import CANCEL_REASONS, HeldCalls
@@ -191,6 +193,7 @@ class ProxySession:
         clock: Callable[[], float] = time.monotonic,
         held: HeldCalls | None = None,
         ledger: SessionLedger | None = None,
+        stopping: threading.Event | None = None,
     ) -> None:
         self.id = session_id
         self.principal = principal
@@ -214,6 +217,8 @@ class ProxySession:
         self._waiting = 0
         self.ledger = ledger
         """Where the session is noted while it holds uncommitted writes (None: nowhere)."""
+        self.stopping = stopping if stopping is not None else threading.Event()
+        """Set when the proxy stops: the guard's retry waits end at once (guard.retry.StoppableClock)."""
         self._looked_up = ledger is None
         self._recorded = False
 
@@ -401,6 +406,7 @@ class ProxySession:
                 principal=self.principal,
                 observer=self.call_observer,
                 gate=gate,
+                retry=RetryPolicy(clock=StoppableClock(self.stopping)),
             )
         else:
             journal = JournalBackend(
@@ -415,6 +421,7 @@ class ProxySession:
                 principal=self.principal,
                 observer=self.call_observer,
                 gate=gate,
+                retry=RetryPolicy(clock=StoppableClock(self.stopping)),
             )
         leg.guard = guard
         return guard

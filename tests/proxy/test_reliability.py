@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import socket
@@ -25,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
 import yaml
@@ -393,3 +395,47 @@ def test_another_principals_session_is_answered_as_an_unknown_id() -> None:
     proxy.sessions.open("shared-name", "agent-a")
     assert proxy._existing("shared-name", "agent-b") is None
     assert proxy._existing("shared-name", "agent-a") is proxy.sessions.get("shared-name")
+
+
+# -- stopping ----------------------------------------------------------------------------------------
+
+
+async def test_sigterm_stops_the_proxy_promptly_while_a_call_is_retrying(
+    module_tmp: Path, harness: Any, policy: Path, marker: str
+) -> None:
+    """Another writer holds the upstream's write lock, so a session's write is retried by the guard
+    (up to its 30 s deadline); SIGTERM must not wait for that."""
+    db = module_tmp / "stop.sqlite"
+    config = harness.write_config(
+        module_tmp / "stop.yaml",
+        [harness.notes_upstream(db, marker, policy=str(policy))],
+        http={"host": "127.0.0.1", "port": 0},
+        approvals={"store": f"sqlite:///{module_tmp / 'stop-approvals.db'}", "wait_s": 0},
+        sessions={"store": f"sqlite:///{module_tmp / 'stop-sessions.db'}"},
+    )
+    process = harness.shadowguard_serve(config).ready()
+    holder: sqlite3.Connection | None = None
+    try:
+        async with harness.agent_on(process.url, MODERN) as agent:
+            await agent.ok("get_note", {"id": "n1"})  # the upstream has created its database
+            holder = sqlite3.connect(str(db), timeout=5, isolation_level=None)
+            holder.execute("BEGIN IMMEDIATE")
+            holder.execute("UPDATE notes SET body = 'held' WHERE id = 'n1'")
+
+            async def write() -> None:
+                # The proxy stops under the call: whatever it ends with is fine here.
+                with contextlib.suppress(Exception):
+                    await agent.call("put_note", {"id": "n2", "body": "blocked"})
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(write)
+                await anyio.sleep(2.0)
+                process.proc.terminate()
+                code = await anyio.to_thread.run_sync(lambda: process.proc.wait(timeout=20))
+                tg.cancel_scope.cancel()
+        assert code == 0, process.log.read_text()
+    finally:
+        if holder is not None:
+            holder.rollback()
+            holder.close()
+        process.stop()
