@@ -121,7 +121,8 @@ def _retryable(result: types.CallToolResult) -> tuple[bool, str]:
 class _Stack:
     """The notes fixture and ``shadowguard serve`` in front of it, in a work folder."""
 
-    def __init__(self, work: Path, shadowguard: str | None) -> None:
+    def __init__(self, work: Path, shadowguard: str | None, writers: int | None = None) -> None:
+        self.writers = writers
         if not NOTES_SERVER.is_file():
             raise ChaosError(f"the notes fixture is not here: {NOTES_SERVER} (run from a source checkout)")
         self.work = work
@@ -141,7 +142,13 @@ class _Stack:
         self.servers.append(notes)
         config = {
             "upstreams": [
-                {"name": "notes", "transport": "http", "url": notes.wait_url(), "policy": str(NOTES_POLICY)}
+                {
+                    "name": "notes",
+                    "transport": "http",
+                    "url": notes.wait_url(),
+                    "policy": str(NOTES_POLICY),
+                    **({"writers": self.writers} if self.writers is not None else {}),
+                }
             ],
             "http": {"host": "127.0.0.1", "port": 0},
             "approvals": {"store": f"sqlite:///{self.work / 'approvals.db'}", "wait_s": 0},
@@ -224,13 +231,15 @@ def run_load(
     out: Path | None = None,
     shadowguard: str | None = None,
     seed: int = 0,
+    writers: int | None = None,
 ) -> LoadResult:
     """``sessions`` concurrent guard sessions × ``rounds`` committed writes of their own note through
-    one SQLite upstream; raises :class:`ChaosError` when the database does not end as written."""
+    one SQLite upstream (``writers``: the upstream's writer slots, docs/proxy.md; None: unlimited);
+    raises :class:`ChaosError` when the database does not end as written."""
     if sessions < 1 or rounds < 1 or retries < 0:
         raise ChaosError("sessions and rounds must be at least 1, retries at least 0")
     work, cleanup = _work_dir(out)
-    stack = _Stack(work, shadowguard)
+    stack = _Stack(work, shadowguard, writers)
     result = LoadResult(sessions=sessions, rounds=rounds)
     rng = random.Random(seed)  # noqa: S311 - jitter of retry pauses, not a secret
     try:

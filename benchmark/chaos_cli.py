@@ -22,6 +22,10 @@ def load(
     sessions: Annotated[int, typer.Option(min=1, help="Concurrent guard sessions.")] = 100,
     rounds: Annotated[int, typer.Option(min=1, help="Committed writes per session.")] = 2,
     retries: Annotated[int, typer.Option(min=0, help="Sends of a write after a retryable error.")] = 20,
+    writers: Annotated[
+        int | None,
+        typer.Option(min=1, help="The upstream's writer slots (config `writers`; default: no limit)."),
+    ] = 1,
     out: OutOpt = None,
 ) -> None:
     """SESSIONS concurrent sessions write their own note and commit, ROUNDS times, through one SQLite
@@ -29,7 +33,7 @@ def load(
     from benchmark.chaos import ChaosError, run_load
 
     try:
-        result = run_load(sessions, rounds, retries=retries, out=out)
+        result = run_load(sessions, rounds, retries=retries, out=out, writers=writers)
     except ChaosError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc

@@ -65,6 +65,12 @@ class UpstreamConfig(_Section):
     """auto: use the transaction extension when the upstream advertises it, else the journal."""
     policy: Path | None = None
     """Policy pack YAML for this upstream's tools (docs/policies.md); None: no rules."""
+    writers: int | None = Field(default=None, ge=1)
+    """How many guard sessions may hold uncommitted writes on this upstream at once (1 for an upstream
+    on one SQLite file: the database has one writer). Another session's first write then waits for
+    a slot, up to ``writer_wait_s``, instead of colliding in the database. None: no limit."""
+    writer_wait_s: float = Field(default=10.0, gt=0)
+    """How long a write waits for a writer slot before it fails as retryable lock contention."""
 
     @field_validator("transactional", mode="before")
     @classmethod

@@ -57,7 +57,7 @@ from guard.approvals.models import ApprovalState, ApprovalStoreError
 from guard.backend import BackendError, NotReversibleError
 from guard.checks import CheckContext, run_checks
 from guard.effects import ToolInfo, classify
-from guard.errors import ErrorClass
+from guard.errors import ErrorClass, LockContention
 from guard.journal import JournalBackend
 from guard.metrics import CallObserver
 from guard.models import (
@@ -221,6 +221,8 @@ class ProxySession:
         """Set when the proxy stops: the guard's retry waits end at once (guard.retry.StoppableClock)."""
         self._looked_up = ledger is None
         self._recorded = False
+        self._writing: set[str] = set()
+        """Upstreams whose writer slot (``Upstream.writers``) this session holds."""
 
     # -- state
     @property
@@ -309,8 +311,12 @@ class ProxySession:
             except UpstreamError as exc:
                 result = CallResult(self._unavailable(upstream, tool, arguments, exc))
             else:
-                self._forward_meta = dict(meta or {})
-                result = await self._run(self._call_sync, leg, tool, arguments, approval_id)
+                if await self._writer_slot(upstream, tool, arguments):
+                    self._forward_meta = dict(meta or {})
+                    result = await self._run(self._call_sync, leg, tool, arguments, approval_id)
+                else:
+                    result = CallResult(self._no_writer_slot(upstream, tool, arguments))
+            await self._release_writers()
             await self._drop_lost_connections()
             self.last_used = self._clock()
             gate = self._gates.get(upstream.name)
@@ -319,6 +325,46 @@ class ProxySession:
         if self.held is not None and requested:
             await self.held.notify(requested)
         return result
+
+    async def _writer_slot(self, upstream: Upstream, tool: str, arguments: Mapping[str, Any]) -> bool:
+        """Hold one of the upstream's writer slots before a call that may write (False: none came free
+        within ``writer_wait_s``). A read needs none; a session keeps its slot while it holds writes."""
+        slots = upstream.writers
+        if slots is None or upstream.name in self._writing:
+            return True
+        if self._effect(upstream, tool, arguments) is EffectClass.READ:
+            return True
+        with anyio.move_on_after(upstream.writer_wait_s):
+            await slots.acquire()
+            self._writing.add(upstream.name)
+            return True
+        return False
+
+    async def _release_writers(self) -> None:
+        """Give back the writer slots of upstreams where this session holds no uncommitted write."""
+        for name in list(self._writing):
+            leg = self._legs.get(name)
+            if leg is None or leg.guard is None or not leg.guard.kept:
+                self._writing.discard(name)
+                if leg is not None and leg.upstream.writers is not None:
+                    leg.upstream.writers.release()
+
+    def _no_writer_slot(self, upstream: Upstream, tool: str, arguments: Mapping[str, Any]) -> ToolOutcome:
+        failure = LockContention(
+            f"every writer slot of the upstream {upstream.name!r} stayed "
+            f"taken by other sessions with uncommitted writes for {upstream.writer_wait_s:g} s",
+            tool=tool,
+            rule="writer_slots",
+            source="guard",
+        )
+        return ToolOutcome(
+            call=self._tool_call(tool, arguments),
+            effect=self._effect(upstream, tool, arguments),
+            verdict=Verdict.FAILED,
+            error_class=failure.error_class.value,
+            result=failure.message,
+            hint=failure.hint(),
+        )
 
     async def _leg(self, upstream: Upstream) -> _Leg:
         leg = self._legs.get(upstream.name)
@@ -543,6 +589,7 @@ class ProxySession:
         async with self._lock:
             self.last_used = self._clock()
             outcome: CommitOutcome = await self._run(self._commit_sync)
+            await self._release_writers()
             await self._drop_lost_connections()
         self.observer.commit(self.id, outcome)
         return outcome
@@ -676,6 +723,7 @@ class ProxySession:
             self.last_used = self._clock()
             self.lost = None
             outcome: RollbackOutcome = await self._run(self._rollback_sync, reason)
+            await self._release_writers()
             await self._drop_lost_connections()
             await self._cancel_pending(reason)
         return outcome
@@ -739,6 +787,7 @@ class ProxySession:
         """End the session: roll back whatever is pending (never a commit), close its own connections."""
         async with self._lock:
             result: RollbackOutcome = await self._run(self._rollback_sync, reason)
+            await self._release_writers()
             self.closed = True
             for leg in self._legs.values():
                 if leg.owned:

@@ -317,6 +317,11 @@ class Upstream:
         self._task_group: anyio.abc.TaskGroup | None = None
         self._http: httpx2.AsyncClient | None = None
         self._reconnect = anyio.Lock()
+        limit: int | None = getattr(spec, "writers", None)
+        self.writers = anyio.Semaphore(limit) if limit is not None else None
+        """Writer slots (config ``writers``): held by a session from its first kept write to the end
+        of its transaction; None: no limit."""
+        self.writer_wait_s: float = getattr(spec, "writer_wait_s", 10.0)
 
     @property
     def name(self) -> str:

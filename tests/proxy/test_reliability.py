@@ -439,3 +439,14 @@ async def test_sigterm_stops_the_proxy_promptly_while_a_call_is_retrying(
             holder.rollback()
             holder.close()
         process.stop()
+
+
+# -- load (the small version of `shadowguard bench chaos load`) -----------------------------------------
+
+
+def test_concurrent_sessions_writing_through_one_sqlite_upstream_all_commit(tmp_path: Path) -> None:
+    from benchmark.chaos import run_load
+
+    result = run_load(12, 2, retries=20, out=tmp_path, writers=1)
+    assert (result.writes, result.failed) == (24, 0), result.line()
+    assert result.first_try + result.retried == 24
