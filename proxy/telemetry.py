@@ -168,9 +168,18 @@ _COUNTED = (Verdict.REFUSED, Verdict.ROLLED_BACK)
 # -- metrics ------------------------------------------------------------------------------------------
 
 
+UNKNOWN_TOOL_RULE = "unknown_tool"
+UNKNOWN_TOOL_LABEL = "(unknown)"
+"""The ``tool`` label of calls refused because no upstream serves the name."""
+
+
 def record_call(outcome: ToolOutcome) -> None:
     """Count one decided call and annotate the current span with what the guard did."""
     tool, effect, verdict = outcome.call.tool, outcome.effect.value, outcome.verdict.value
+    if any(v.rule_id == UNKNOWN_TOOL_RULE for v in outcome.violations):
+        # A name no upstream serves is the caller's text: as a label it would let anyone add series
+        # without bound (and one that is not valid Unicode would break the exposition).
+        tool = UNKNOWN_TOOL_LABEL
     TOOL_CALLS.labels(tool=tool, effect=effect, verdict=verdict).inc()
     CALL_SECONDS.labels(tool=tool, effect=effect).observe(max(outcome.duration_ms, 0.0) / 1000)
     if outcome.error_class is not None:

@@ -140,7 +140,9 @@ async def raw_call(
         "method": "tools/call",
         "params": {"name": name, "arguments": arguments, "_meta": {**ENVELOPE, **(meta or {})}},
     }
-    headers = {**HEADERS, "Mcp-Method": "tools/call", "Mcp-Name": name}
+    headers = {**HEADERS, "Mcp-Method": "tools/call"}
+    if name.isascii():  # a header cannot carry the rest
+        headers["Mcp-Name"] = name
     response = await http.post(
         "/mcp", content=body if body is not None else json.dumps(request), headers=headers
     )
@@ -213,13 +215,23 @@ async def test_lone_surrogates_are_refused_and_break_nothing(proxy: Any, notes: 
         assert verdict["verdict"] == "refused" and verdict["error_class"] == "invalid_arguments"
         assert "not valid Unicode" in verdict["hint"]["fields"][0]["problem"]
 
+        # The 2026-07-28 transport wants the name in a header too, which cannot carry it: refused there.
+        answer = await raw_call(http, "no_such_\udc80_tool", {}, meta)
+        assert "error" in answer or answer["result"]["isError"] is True
+        answer = await raw_call(http, "no_such_tool_x", {}, meta)
+        assert answer["result"]["structuredContent"]["error_class"] == "not_found"
         listed = await http.get("/api/sessions")
         assert listed.status_code == 200
+        metrics = await http.get("/metrics")
+        assert metrics.status_code == 200 and 'tool="(unknown)"' in metrics.text
+        assert "no_such_tool_x" not in metrics.text  # callers' text is no label: series stay bounded
         commit = await raw_call(http, "commit", {}, meta)
         assert commit["result"]["structuredContent"]["committed"] is True, commit
     assert harness.notes_rows(notes.db)[note]["body"] == "kept"
     records = [r for r in audit_records(proxy.audit) if r.get("session") == session]
     assert [r["verdict"] for r in records if r["kind"] == "call"] == ["allowed", "refused"]
+    unknown = [r for r in audit_records(proxy.audit) if r.get("tool") == "no_such_tool_x"]
+    assert len(unknown) == 1 and unknown[0]["verdict"] == "refused"
 
 
 # -- session ids -------------------------------------------------------------------------------------------
