@@ -84,14 +84,23 @@ class SessionLedger:
             sa.event.listen(self._engine, "connect", _sqlite_wal)
         self._metadata, self._table = _table(prefix)
         try:
+            self._create()
             with self._engine.begin() as conn:
-                self._metadata.create_all(conn)
                 table = self._table
                 conn.execute(table.delete().where(table.c.since < clock() - KEPT_DAYS * 86400))
                 conn.execute(table.update().where(table.c.state == OPEN).values(state=RESTARTED))
         except sa.exc.SQLAlchemyError as exc:
             self._engine.dispose()
             raise LedgerError(f"session ledger {self.url}: {exc.__class__.__name__}: {exc}") from exc
+
+    def _create(self) -> None:
+        """The table, created if missing; two processes starting on one file at once both succeed."""
+        try:
+            with self._engine.begin() as conn:
+                self._metadata.create_all(conn)
+        except sa.exc.OperationalError:
+            with self._engine.begin() as conn:
+                self._metadata.create_all(conn)  # the other process created it meanwhile
 
     def _run(self, what: str, work: Callable[[sa.Connection], Any]) -> Any:
         with self._lock:

@@ -5,8 +5,8 @@ Starts ``shadowguard serve --config proxy/demo/shadowguard.yaml`` in the backgro
 wrote, and stops the proxy. Each run starts from the seed accounts: the demo app's database, the
 audit log and the approval queue go to a fresh temporary folder, handed to the proxy through the
 config's environment overrides (``SHADOWGUARD_UPSTREAMS``, ``SHADOWGUARD_AUDIT__PATH``,
-``SHADOWGUARD_APPROVALS__STORE``, ``SHADOWGUARD_HTTP__PORT``), so the config file itself stays what a
-person would run by hand. The client plays the reviewer too, with a token made for this run only:
+``SHADOWGUARD_APPROVALS__STORE``, ``SHADOWGUARD_SESSIONS__STORE``, ``SHADOWGUARD_HTTP__PORT``), so
+the config file itself stays what a person would run by hand. The client plays the reviewer too, with a token made for this run only:
 the proxy is given its sha256 as the one approver (``SHADOWGUARD_AUTH__REVIEWERS``), the client the
 token itself; neither is written anywhere.
 """
@@ -75,6 +75,7 @@ def _environment(config: ProxyConfig, folder: Path, port: int, reviewer_token: s
         "SHADOWGUARD_UPSTREAMS": json.dumps(upstreams),
         "SHADOWGUARD_AUDIT__PATH": str(folder / "audit.jsonl"),
         "SHADOWGUARD_APPROVALS__STORE": f"sqlite:///{folder / 'approvals.db'}",
+        "SHADOWGUARD_SESSIONS__STORE": f"sqlite:///{folder / 'sessions.db'}",
         "SHADOWGUARD_AUTH__REVIEWERS": json.dumps(
             [{"name": REVIEWER, "role": "approver", "token_sha256": hash_token(reviewer_token)}]
         ),

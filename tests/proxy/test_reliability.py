@@ -272,6 +272,7 @@ async def test_a_commit_after_kill_9_and_restart_is_refused_as_lost(
             session = agent.session
             await agent.ok("put_note", {"id": note, "body": "pending", "status": "draft"})
         harness.kill(process.proc.pid)
+        process.proc.wait(timeout=60)
         process.restart([harness.shadowguard, "serve", "--config", str(config)])
         async with harness.agent_on(process.url, MODERN) as agent:
             agent.session = session
