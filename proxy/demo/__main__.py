@@ -6,9 +6,9 @@ wrote, and stops the proxy. Each run starts from the seed accounts: the demo app
 audit log and the approval queue go to a fresh temporary folder, handed to the proxy through the
 config's environment overrides (``SHADOWGUARD_UPSTREAMS``, ``SHADOWGUARD_AUDIT__PATH``,
 ``SHADOWGUARD_APPROVALS__STORE``, ``SHADOWGUARD_SESSIONS__STORE``, ``SHADOWGUARD_HTTP__PORT``), so
-the config file itself stays what a person would run by hand. The client plays the reviewer too, with a token made for this run only:
-the proxy is given its sha256 as the one approver (``SHADOWGUARD_AUTH__REVIEWERS``), the client the
-token itself; neither is written anywhere.
+the config file itself stays what a person would run by hand. The client plays the reviewer too,
+with a token made for this run only: the proxy is given its sha256 as the one approver
+(``SHADOWGUARD_AUTH__REVIEWERS``), the client the token itself; neither is written anywhere.
 """
 
 from __future__ import annotations
