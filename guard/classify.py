@@ -77,6 +77,12 @@ BUILTIN_RULES: tuple[TextRule, ...] = (
     _rule("input_validation", r"^(input )?validation (failed|error)", InvalidArguments),
     _rule("invalid_prefix", r"^invalid\b", InvalidArguments),
     _rule("missing_prefix", r"^missing (required )?(parameter|argument|field|value)", InvalidArguments),
+    _rule(
+        "statement_kind",
+        r"^only\b[^.]{0,60}\b(are|is) (allowed|supported|permitted)\b|"
+        r"\b(queries|statements) are not (allowed|supported|permitted)\b",
+        InvalidArguments,
+    ),
     _rule("rate_limited", r"\brate[- ]?limit|too many requests|quota exceeded|\bthrottl", RateLimited),
     _rule("timeout", r"\btimed? ?out\b|\btimeout\b|deadline exceeded|\brequest timeout\b", UpstreamTimeout),
     _rule(
@@ -88,7 +94,8 @@ BUILTIN_RULES: tuple[TextRule, ...] = (
     _rule(
         "permission",
         r"permission denied|\bforbidden\b|access denied|\bunauthori[sz]ed\b|not authori[sz]ed|"
-        r"not (allowed|permitted) to\b|insufficient (privileges|permissions)",
+        r"not (allowed|permitted) to\b|insufficient (privileges|permissions)|"
+        r"\boutside (of )?(the )?allowed\b",
         PermissionDenied,
     ),
     _rule(
@@ -106,7 +113,7 @@ BUILTIN_RULES: tuple[TextRule, ...] = (
     _rule(
         "not_found",
         r"\bnot found\b|\bno\b[^.;]{0,80}?\bfound\b|does not exist|doesn't exist|\bno such\b|"
-        r"^unknown (tool|table|record|id)\b",
+        r"^unknown (tool|table|record|id)\b|\bdid not resolve\b|\bunknown revision\b",
         NotFound,
     ),
     _rule(
@@ -122,7 +129,8 @@ BUILTIN_RULES: tuple[TextRule, ...] = (
         "invalid_value",
         r"\binvalid\b|\bunsupported\b|failed to parse|could not parse|unable to parse|"
         r"unconverted data remains|does not match( the)? format|\bmalformed\b|"
-        r"\bmust (be|contain)\b|\bcannot exceed\b|\bexpected\b.*\bformat\b|\bout of range\b",
+        r"\bmust (be|contain)\b|\bcannot exceed\b|\bexpected\b.*\bformat\b|\bout of range\b|"
+        r"\bsyntax error\b",
         InvalidArguments,
     ),
 )
@@ -133,6 +141,12 @@ _PREFIX = re.compile(
     r"\s*:\s*",
     re.I,
 )
+_ERROR_TEXT = re.compile(
+    r"^\s*(error|tool execution failed|error executing tool [\w.\-/]+|error calling tool '?[\w.\-/]+'?)"
+    r"\s*:\s*\S",
+    re.I,
+)
+"""A plain-text result that is an error message (``Error: Only SELECT queries are allowed``)."""
 _IN_BAND_KEYS = frozenset({"error", "tool", "code", "message", "details", "detail", "status", "type"})
 _PYDANTIC = re.compile(r"^(?:input )?validation failed: (.+)$", re.I | re.S)
 
@@ -143,7 +157,8 @@ def error_message(text: str, is_error: bool) -> str | None:
     ``is_error`` results are errors whatever their text. Results that claim success count as errors
     only for a JSON object whose ``error`` is a non-empty string (or an object with a ``message``) and
     whose other keys are error-envelope keys, so a record that merely has an ``error`` field is not
-    mistaken for a failure.
+    mistaken for a failure; or for a text that *begins* with an error label and a colon (``Error:
+    ...``, ``Tool execution failed: ...``), as servers that catch their exceptions into text write it.
     """
     stripped = text.strip()
     body: Any = None
@@ -160,6 +175,8 @@ def error_message(text: str, is_error: bool) -> str | None:
             return error
     if is_error:
         return stripped or "the tool reported an error without a message"
+    if _ERROR_TEXT.match(stripped):
+        return stripped
     return None
 
 

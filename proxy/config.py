@@ -46,6 +46,18 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class SqlToolConfig(_Section):
+    """A tool that runs the SQL it is given: its effect is decided from that SQL (docs/proxy.md)."""
+
+    argument: str = Field(min_length=1)
+    """The argument holding the SQL statement(s)."""
+    dialect: str | None = None
+    """sqlglot dialect (``sqlite``, ``postgres``, ...); None: the generic one."""
+
+
 class UpstreamConfig(_Section):
     """One real tool server behind the proxy."""
 
@@ -55,6 +67,10 @@ class UpstreamConfig(_Section):
     """stdio: the program; a relative path with a folder part resolves against the config's folder."""
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    """stdio: variables set for the upstream process, literal values."""
+    pass_env: list[str] = Field(default_factory=list)
+    """stdio: names of variables passed from the proxy's own environment (each must be set when the
+    proxy starts). The process gets only these, ``env`` and the SDK's minimal set (HOME, PATH, ...)."""
     url: str | None = Field(default=None, pattern=r"^https?://\S+$")
     """http: the streamable-HTTP endpoint, e.g. ``http://127.0.0.1:8765/mcp``."""
     prefix: str | None = Field(default=None, pattern=_TOOL_NAME)
@@ -63,6 +79,18 @@ class UpstreamConfig(_Section):
     """auto: use the transaction extension when the upstream advertises it, else the journal."""
     policy: Path | None = None
     """Policy pack YAML for this upstream's tools (docs/policies.md); None: no rules."""
+    sql_tools: dict[str, SqlToolConfig] = Field(default_factory=dict)
+    """Tools (by the upstream's own name) whose effect is decided from their SQL argument."""
+    detect_sql_tools: bool = True
+    """Also treat a tool whose only argument is a string named sql, query or statement as a SQL tool."""
+
+    @field_validator("pass_env")
+    @classmethod
+    def _variable_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not re.match(_ENV_NAME, name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+        return names
 
     @field_validator("transactional", mode="before")
     @classmethod
@@ -83,7 +111,7 @@ class UpstreamConfig(_Section):
         else:
             if self.url is None:
                 raise ValueError("an http upstream needs 'url'")
-            given = [k for k in ("command", "args", "env") if k in self.model_fields_set]
+            given = [k for k in ("command", "args", "env", "pass_env") if k in self.model_fields_set]
             if given:
                 raise ValueError(f"{', '.join(map(repr, given))}: only for stdio upstreams")
         return self
