@@ -35,7 +35,7 @@ from guard.classify import error_message
 from guard.effects import ToolInfo, classify
 from guard.models import ChangeSet, EffectClass, ToolCall
 from guard.policy import EMPTY, PolicyPack
-from guard.session import Executor, ToolResult
+from guard.session import FORWARDING, Executor, ToolResult
 
 ReportedChanges = Callable[[str, Mapping[str, Any], ToolResult], ChangeSet]
 
@@ -106,9 +106,13 @@ class JournalBackend:
         effect, _ = classify(info, arguments, self.policy.effect_of(tool))
         if effect is EffectClass.READ:
             return result
-        call = ToolCall(
-            session_id=self.session_id, principal=self.principal, tool=tool, arguments=dict(arguments)
-        )
+        forwarding = FORWARDING.get()
+        if forwarding is not None and forwarding.tool == tool and forwarding.arguments == dict(arguments):
+            call = forwarding
+        else:
+            call = ToolCall(
+                session_id=self.session_id, principal=self.principal, tool=tool, arguments=dict(arguments)
+            )
         changes = self.reported_changes(tool, arguments, result) if self.reported_changes else ChangeSet()
         compensation, why = self._compensation_for(call)
         self.entries.append(

@@ -3,9 +3,10 @@
 Routes: the MCP endpoint ``/mcp`` (streamable HTTP, both protocol eras), the sessions API for
 orchestrators, and the routers other parts contribute (``/healthz``, ``/readyz``, ``/metrics``):
 
-* ``POST /api/sessions/{id}/commit`` -> ``{"session", "committed", "changes", "violations"}``
+* ``POST /api/sessions/{id}/commit`` -> ``{"session", "committed", "changes", "applied_calls", "violations"}``
   (200 whether committed or refused: a refusal is an answer, not an error; 404 for an unknown id)
-* ``POST /api/sessions/{id}/rollback`` -> ``{"session", "rolled_back", "changes", "not_reversed"}``
+* ``POST /api/sessions/{id}/rollback`` -> ``{"session", "rolled_back", "changes", "undone_calls",
+  "not_undone_calls", "not_reversed"}``
 * ``GET /api/sessions`` and ``GET /api/sessions/{id}`` -> the open sessions' status
 
 With ``auth.agents`` or ``auth.orchestrators`` configured these need a bearer token: an orchestrator's
@@ -46,7 +47,7 @@ from proxy.approvals.webhook import WebhookNotifier
 from proxy.audit import AuditLog
 from proxy.config import ConfigError, ProxyConfig
 from proxy.health import health_router
-from proxy.held import HeldCalls
+from proxy.held import HeldCalls, check_reviewers
 from proxy.registry import SessionRegistry
 from proxy.server import GuardProxy
 from proxy.sessions import ProxySession, RollbackOutcome
@@ -73,8 +74,15 @@ class Recorder:
         self.audit.record_commit(outcome, session_id)
 
     def rollback(self, session_id: str, reason: str, outcome: RollbackOutcome) -> None:
-        telemetry.record_rollback(reason)
-        self.audit.record_rollback(session_id, reason, changes=len(outcome.changes))
+        telemetry.record_rollback(reason, complete=outcome.rolled_back)
+        self.audit.record_rollback(
+            session_id,
+            reason,
+            changes=len(outcome.changes),
+            rolled_back=outcome.rolled_back,
+            undone_calls=[c.id for c in outcome.undone],
+            not_undone_calls=[c.id for c in outcome.not_undone],
+        )
 
 
 def build_proxy(
@@ -120,6 +128,7 @@ def _held_calls(config: ProxyConfig, review_url: str | None) -> HeldCalls:
         poll_s=settings.poll_s,
         notifier=notifier,
         sweep_every_s=settings.sweep_s,
+        decidable=any(r.role == "approver" for r in config.auth.reviewers),
     )
 
 
@@ -135,6 +144,11 @@ async def serving(proxy: GuardProxy, recorder: Recorder, config: ProxyConfig) ->
                 await background.start(held.run)
             try:
                 async with proxy.running():
+                    check_reviewers(
+                        proxy.routes,
+                        held is None or held.decidable,
+                        require=config.approvals.require_reviewers,
+                    )
                     yield proxy
             finally:
                 background.cancel_scope.cancel()
@@ -219,6 +233,7 @@ def sessions_router(proxy: GuardProxy) -> APIRouter:
                 "session": session_id,
                 "committed": outcome.committed,
                 "changes": len(outcome.changes),
+                "applied_calls": len(outcome.applied),
                 "violations": [v.model_dump(mode="json") for v in outcome.violations],
             }
         )
@@ -231,6 +246,8 @@ def sessions_router(proxy: GuardProxy) -> APIRouter:
                 "session": session_id,
                 "rolled_back": outcome.rolled_back,
                 "changes": len(outcome.changes),
+                "undone_calls": [c.id for c in outcome.undone],
+                "not_undone_calls": [c.id for c in outcome.not_undone],
                 "not_reversed": outcome.not_reversed,
             }
         )

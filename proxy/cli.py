@@ -185,6 +185,7 @@ def serve(
     from guard.policy import PolicyError
     from proxy.app import run_http, run_stdio
     from proxy.config import ConfigError, ProxyConfig
+    from proxy.held import NoReviewerError
     from proxy.upstreams import UpstreamError
 
     try:
@@ -203,7 +204,7 @@ def serve(
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
-    except (PolicyError, UpstreamError, ApprovalStoreError, OSError) as exc:
+    except (PolicyError, UpstreamError, ApprovalStoreError, NoReviewerError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
     except KeyboardInterrupt:

@@ -178,6 +178,9 @@ class ApprovalsConfig(_Section):
     sweep_s: float = Field(default=30.0, gt=0)
     """How often pending requests past their expiry are marked expired and the queue is counted for the
     ``shadowguard_approvals_pending`` gauge (reads expire requests on the spot too)."""
+    require_reviewers: bool = False
+    """Refuse to start when some tools' calls may be held for approval and ``auth.reviewers`` has no
+    approver (False: a warning at start-up, and each such call is refused at once)."""
 
 
 class ReviewerConfig(_Section):

@@ -22,7 +22,7 @@ import logging
 import os
 import socket
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -42,9 +42,10 @@ from guard.approvals.models import (
     utcnow,
 )
 from guard.approvals.transitions import TransitionStore
-from guard.models import ToolCall
+from guard.effects import classify
+from guard.models import EffectClass, ToolCall
 from proxy import telemetry
-from proxy.upstreams import Upstream
+from proxy.upstreams import ToolRoute, Upstream
 
 logger = logging.getLogger(__name__)
 
@@ -59,14 +60,58 @@ _TIMED_MAX = 4096
 """How many decisions a replica remembers having timed, so that two calls waiting for one request
 observe its wait once."""
 
+NO_REVIEWER_REASON = "no reviewer who could approve it is configured (auth.reviewers has no approver)"
+
 CANCEL_REASONS = {
     "agent": "the agent rolled its session back before a decision",
     "api": "the session was rolled back through the sessions API before a decision",
     "idle": "the session was idle past its timeout and was rolled back before a decision",
+    "lease": "the agent's client went away (no request within the session lease) before a decision",
     "closed": "the agent's connection closed before a decision",
     "shutdown": "the proxy shut down before a decision",
 }
 """Why a session's pending requests were cancelled, by how the session ended."""
+
+
+class NoReviewerError(RuntimeError):
+    """``approvals.require_reviewers`` is set, some tools' calls are held for a reviewer, and no
+    reviewer could approve them (the message names the tools)."""
+
+
+def tools_held_for_review(routes: Mapping[str, ToolRoute]) -> list[str]:
+    """The agent-visible tools whose calls may be held for a reviewer: irreversible by the pack or by
+    their annotations (``destructiveHint``), SQL tools (their DROP, TRUNCATE, unbounded DELETE or
+    UPDATE), and tools a pack's approval rule may name."""
+    held = []
+    for exposed, route in routes.items():
+        upstream, name = route.upstream, route.name
+        info = upstream.tool_info(name)
+        effect, _ = classify(info, {}, upstream.policy.effect_of(name))
+        named = any(
+            (rule.tools is None or name in rule.tools) and rule.effect in (None, effect)
+            for rule in upstream.policy.model.approvals
+        )
+        if effect is EffectClass.IRREVERSIBLE or info.sql_dialect is not None or named:
+            held.append(exposed)
+    return held
+
+
+def check_reviewers(routes: Mapping[str, ToolRoute], decidable: bool, *, require: bool) -> None:
+    """At start-up: warn (or, with ``require``, raise :class:`NoReviewerError`) when some tools' calls
+    are held for a reviewer and no reviewer can approve them: each such call would be refused."""
+    if decidable:
+        return
+    held = tools_held_for_review(routes)
+    if not held:
+        return
+    message = (
+        f"calls to {', '.join(held)} may be held for a human approval, but no reviewer can decide "
+        "(auth.reviewers has no approver): such calls are refused at once. Configure an approver "
+        "(docs/approvals.md) or a policy pack that classifies these tools"
+    )
+    if require:
+        raise NoReviewerError(f"approvals.require_reviewers is true: {message}")
+    logger.warning("%s.", message)
 
 
 class ApprovalNotifier(Protocol):
@@ -104,8 +149,11 @@ class HeldCalls:
         notifier: ApprovalNotifier | None = None,
         sweep_every_s: float = SWEEP_EVERY_S,
         clock: Callable[[], datetime] = utcnow,
+        decidable: bool = True,
     ) -> None:
         self.store = store
+        self.decidable = decidable
+        """Some reviewer can approve a request here; False: a held call is refused at once instead."""
         self.expires_after_s = expires_after_s
         self.wait_s = wait_s
         self.poll_s = poll_s
@@ -179,6 +227,14 @@ class HeldCalls:
         """The session's pending requests (worker thread)."""
         query = ApprovalQuery(states=[ApprovalState.PENDING], session_id=session_id, principal=principal)
         return [a for a in self.store.list(query) if a.principal == principal]
+
+    def cancel(self, approval_id: str, reason: str) -> Approval | None:
+        """Cancel one request (worker thread); None when it was no longer pending."""
+        try:
+            return self.store.cancel(approval_id, reason=reason)
+        except ApprovalConflict as exc:
+            logger.info("approval %s was %s before it could be cancelled", approval_id, exc.approval.state)
+            return None
 
     def cancel_pending(self, session_id: str, principal: str | None, reason: str) -> list[Approval]:
         """Cancel the session's pending requests (worker thread); returns those cancelled.

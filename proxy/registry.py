@@ -97,16 +97,19 @@ class SessionRegistry:
         self._ended.pop(session_id, None)
         return session
 
-    async def end(self, session_id: str, reason: EndReason) -> RollbackOutcome | None:
+    async def end(
+        self, session_id: str, reason: EndReason, *, record_empty: bool = True
+    ) -> RollbackOutcome | None:
         """Roll a session back, close it and forget it; None when there is no such session.
 
         The session stays listed until its rollback is done, so that "gone" means "rolled back".
+        ``record_empty=False``: a rollback that found nothing pending is not reported.
         """
         session = self._sessions.get(session_id)
         if session is None:
             return None
         try:
-            return await session.close(reason)
+            return await session.close(reason, record_empty=record_empty)
         finally:
             if self._sessions.get(session_id) is session:
                 del self._sessions[session_id]

@@ -46,6 +46,7 @@ from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from guard.approvals.models import ApprovalStore
+from guard.effects import classify
 from guard.errors import ErrorClass
 from guard.models import CommitOutcome, EffectClass, ErrorHint, ToolCall, ToolOutcome, Verdict, Violation
 from guard.session import RESERVED_PREFIX
@@ -92,13 +93,14 @@ def principal_of(ctx: Ctx) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def session_identity(ctx: Ctx, stdio_session: str) -> tuple[str, str | None]:
+def session_identity(ctx: Ctx, stdio_session: str) -> tuple[str | None, str | None]:
     """(session id, principal) of a request; see docs/proxy.md "Sessions and protocol eras".
 
     In order: ``_meta["shadowguard/session"]`` (any era, any transport); on stdio the connection
     (one per proxy process); in the handshake era over HTTP the ``Mcp-Session-Id``; in the
-    sessionless 2026-07-28 era over HTTP the authenticated principal. Otherwise the request cannot
-    be placed in a session and is refused with ``-32602``.
+    sessionless 2026-07-28 era over HTTP the authenticated principal. Otherwise the request names no
+    session: ``(None, None)``, and the proxy applies the default (docs/adr/008-default-sessions.md).
+    A malformed ``_meta["shadowguard/session"]`` is refused with ``-32602``.
     """
     principal = principal_of(ctx)
     meta: Mapping[str, Any] = ctx.meta or {}
@@ -117,11 +119,7 @@ def session_identity(ctx: Ctx, stdio_session: str) -> tuple[str, str | None]:
         return str(header), principal
     if principal is not None:
         return f"principal:{principal}", principal
-    raise _invalid(
-        f"no guard session: this request carries no _meta[{SESSION_META_KEY!r}], and the 2026-07-28 HTTP era "
-        "is sessionless (no Mcp-Session-Id) with no authenticated principal. Send a session id of your "
-        f"choice in _meta[{SESSION_META_KEY!r}] with every call of one session."
-    )
+    return None, None
 
 
 def approval_of(ctx: Ctx) -> str | None:
@@ -214,6 +212,7 @@ _HEADLINES = {
     Verdict.HELD: "Held by the guard: {tool} needs a human approval; nothing was changed.",
     Verdict.FAILED: "{tool} failed; nothing of it was kept.",
 }
+_UNKNOWN_HEADLINE = "{tool} failed, and its outcome is unknown: it may have been applied."
 
 
 def _verdict_json(outcome: ToolOutcome, tool: str) -> dict[str, Any]:
@@ -248,28 +247,42 @@ def render_outcome(
     session_id: str | None,
     *,
     tool: str | None = None,
+    applied_by: str | None = None,
+    stamp_extra: Mapping[str, Any] | None = None,
 ) -> types.CallToolResult:
     """The agent's view of a guarded call (see the module docstring); ``tool`` is the exposed name.
 
     Allowed: the upstream's answer as it came. Anything else: ``isError`` with the guard's verdict in
     text and ``structuredContent``; for a failed call the upstream's own content comes first (its
     error text), then the guard's classification and what to do next.
+
+    ``applied_by``: the journaled upstream an allowed write went to (it is real already: the stamp
+    says ``applied: true`` and a line of text says so); None for a transactional one (a write is
+    pending until commit: ``applied: false``). ``stamp_extra`` is added to ``_meta["shadowguard/outcome"]``.
     """
     tool = tool or outcome.call.tool
     stamp: dict[str, Any] = {"verdict": outcome.verdict.value, "call_id": outcome.call.id}
     if session_id is not None:
         stamp["session"] = session_id
+    stamp.update(stamp_extra or {})
     stamp.update(_approval_json(outcome))
+    writes = outcome.effect is not EffectClass.READ
+    if outcome.verdict is Verdict.ALLOWED and writes:
+        stamp["applied"] = applied_by is not None
     if outcome.verdict is Verdict.ALLOWED and upstream_result is not None:
         meta = strip_reserved_meta(upstream_result.meta)
         meta[OUTCOME_META_KEY] = stamp
-        return upstream_result.model_copy(update={"meta": meta})
+        update: dict[str, Any] = {"meta": meta}
+        if writes and applied_by is not None:
+            update["content"] = [*upstream_result.content, _applied_note(tool, applied_by)]
+        return upstream_result.model_copy(update=update)
     if outcome.verdict is Verdict.ALLOWED:
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=outcome.result or "")],
             _meta={OUTCOME_META_KEY: stamp},
         )
-    lines = [_HEADLINES[outcome.verdict].format(tool=tool)]
+    headline = _UNKNOWN_HEADLINE if outcome.outcome_unknown else _HEADLINES[outcome.verdict]
+    lines = [headline.format(tool=tool)]
     lines += [_violation_text(v) for v in outcome.violations]
     if outcome.hint is not None and not outcome.violations:
         lines.append(_hint_text(outcome.hint))
@@ -285,19 +298,43 @@ def render_outcome(
     )
 
 
+def _applied_note(tool: str, upstream: str) -> types.TextContent:
+    text = (
+        f"[shadowguard] {tool} is already applied: the upstream {upstream!r} cannot hold changes until "
+        "commit. A rollback can undo it only through a compensating call its policy names."
+    )
+    return types.TextContent(type="text", text=text)
+
+
+def _calls_text(calls: Sequence[ToolCall]) -> str:
+    return "; ".join(f"{c.tool} (call {c.id})" for c in calls)
+
+
 def render_commit(outcome: CommitOutcome, session_id: str | None) -> types.CallToolResult:
+    """A commit's answer: the row changes it made durable and, apart, the calls of journaled upstreams
+    that were already applied when they ran (``applied_calls``)."""
     stamp: dict[str, Any] = {"verdict": "committed" if outcome.committed else "refused"}
     if session_id is not None:
         stamp["session"] = session_id
     structured: dict[str, Any] = {
         "committed": outcome.committed,
         "changes": len(outcome.changes),
+        "applied_calls": len(outcome.applied),
         "violations": [_violation_json(v) for v in outcome.violations],
     }
     if outcome.committed:
+        parts = []
+        if outcome.changes:
+            parts.append(f"{len(outcome.changes)} pending row change(s) are now durable")
+        if outcome.applied:
+            parts.append(
+                f"{len(outcome.applied)} call(s) to upstreams that cannot transact were already applied "
+                f"when they ran, and are now final (no rollback will compensate them): "
+                f"{_calls_text(outcome.applied)}"
+            )
         text = (
-            f"Committed: {len(outcome.changes)} row change(s) are now durable."
-            if outcome.changes
+            "Committed: " + "; ".join(parts) + "."
+            if parts
             else "Committed: there were no changes to make durable."
         )
     else:
@@ -317,18 +354,31 @@ def render_commit(outcome: CommitOutcome, session_id: str | None) -> types.CallT
 
 
 def render_rollback(outcome: RollbackOutcome | None, session_id: str | None) -> types.CallToolResult:
+    """A rollback's answer: pending row changes discarded, applied calls undone by compensations, and
+    (then ``rolled_back: false``) the applied calls that stay in effect, each with the id the agent saw."""
     structured: dict[str, Any]
-    if outcome is None:
-        text, structured = "Nothing to roll back: this session has no open changes.", {"rolled_back": True}
-    elif outcome.rolled_back:
-        text = (
-            f"Rolled back: {len(outcome.changes)} pending row change(s) were discarded; "
-            "nothing was committed."
-        )
-        structured = {"rolled_back": True, "changes": len(outcome.changes)}
+    if outcome is None or outcome.empty:
+        text = "Nothing to roll back: this session has no open changes."
+        structured = {"rolled_back": True, "changes": 0, "undone_calls": [], "not_undone_calls": []}
     else:
-        text = "Rollback incomplete; these changes remain in effect: " + "; ".join(outcome.not_reversed)
-        structured = {"rolled_back": False, "not_reversed": outcome.not_reversed}
+        structured = {
+            "rolled_back": outcome.rolled_back,
+            "changes": len(outcome.changes),
+            "undone_calls": [c.id for c in outcome.undone],
+            "not_undone_calls": [c.id for c in outcome.not_undone],
+        }
+        done = [f"{len(outcome.changes)} pending row change(s) were discarded"]
+        if outcome.undone:
+            done.append(f"applied call(s) undone by compensating calls: {_calls_text(outcome.undone)}")
+        if outcome.rolled_back:
+            text = "Rolled back: " + "; ".join(done) + ". Nothing was committed."
+        else:
+            stays = _calls_text(outcome.not_undone) or "; ".join(outcome.not_reversed)
+            text = (
+                f"Rollback incomplete: these applied calls remain in effect: {stays}. "
+                f"Otherwise: {'; '.join(done)}. Why: {'; '.join(outcome.not_reversed)}"
+            )
+            structured["not_reversed"] = outcome.not_reversed
     stamp: dict[str, Any] = {"verdict": "rolled_back" if structured["rolled_back"] else "failed"}
     if session_id is not None:
         stamp["session"] = session_id
@@ -337,6 +387,34 @@ def render_rollback(outcome: RollbackOutcome | None, session_id: str | None) -> 
         structured_content=structured,
         is_error=not structured["rolled_back"],
         _meta={OUTCOME_META_KEY: stamp},
+    )
+
+
+def _default_session(route: ToolRoute, arguments: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The session of a call that names none (docs/adr/008-default-sessions.md): a read runs in a
+    session of its own, ended with the call (stamped ``sessionless``); any other call mints a session
+    whose id the result states, with the ``_meta`` the client sends to stay in it."""
+    upstream = route.upstream
+    effect, _ = classify(upstream.tool_info(route.name), arguments, upstream.policy.effect_of(route.name))
+    if effect is EffectClass.READ:
+        return f"read:{uuid.uuid4().hex}", {"sessionless": True}
+    minted = f"minted:{uuid.uuid4().hex}"
+    return minted, {"send": {"_meta": {SESSION_META_KEY: minted}}}
+
+
+def _no_session_named(tool: str) -> types.CallToolResult:
+    """commit/rollback from a client that names no session: there is nothing to guess from."""
+    message = (
+        f"{tool}: this request names no guard session, so there is nothing to {tool}. Every write you "
+        f"made without one opened a session and named it in its result's _meta[{OUTCOME_META_KEY!r}] "
+        f'"session"; send that id as _meta[{SESSION_META_KEY!r}] with this call (and with the calls of '
+        "that session). A session nobody names again is rolled back when its lease or idle timeout runs out."
+    )
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=message)],
+        structured_content={"error_class": ErrorClass.INVALID_ARGUMENTS.value, "message": message},
+        is_error=True,
+        _meta={OUTCOME_META_KEY: {"verdict": "refused"}},
     )
 
 
@@ -410,17 +488,15 @@ class GuardProxy:
         return cls(upstreams, sessions, commit_tool=commit)
 
     def _proxy_tools(self) -> dict[str, types.Tool]:
+        """The commit and rollback tools, described for the upstreams as they are (call again once the
+        upstreams are started: whether each transacts is known only then)."""
+        held = [_upstream_label(u) for u in self.upstreams if u.transactional]
+        applied = [_upstream_label(u) for u in self.upstreams if not u.transactional]
         tools: dict[str, types.Tool] = {}
         if self.commit_tool is not None:
             tools[self.commit_tool] = types.Tool(
                 name=self.commit_tool,
-                description=(
-                    "Make this session's changes durable. Until you call it, every change you make "
-                    "through the other tools is pending and can be undone. Call it once, when the "
-                    "task's changes are complete and correct. The guard first checks the final state "
-                    "against the policy; if a rule is broken nothing is committed and the violations "
-                    "come back as an error, each with a hint: fix them and call it again."
-                ),
+                description=_commit_description(held, applied),
                 input_schema=dict(_EMPTY_SCHEMA),
                 annotations=types.ToolAnnotations(
                     read_only_hint=False, destructive_hint=False, idempotent_hint=True
@@ -429,10 +505,7 @@ class GuardProxy:
         if self.rollback_tool is not None:
             tools[self.rollback_tool] = types.Tool(
                 name=self.rollback_tool,
-                description=(
-                    "Discard every change of this session that has not been committed, e.g. after a "
-                    "mistake you cannot fix step by step. Nothing pending is kept."
-                ),
+                description=_rollback_description(held, applied),
                 input_schema=dict(_EMPTY_SCHEMA),
                 annotations=types.ToolAnnotations(
                     read_only_hint=False, destructive_hint=True, idempotent_hint=True
@@ -450,6 +523,7 @@ class GuardProxy:
             async with anyio.create_task_group() as tg:
                 try:
                     await self._start_upstreams(tg)
+                    self._own_tools = self._proxy_tools()
                     self.routes = build_catalog(self.upstreams, reserved=list(self._own_tools))
                     await tg.start(self.sessions.run_reaper)
                     self._running = True
@@ -537,27 +611,18 @@ class GuardProxy:
         name = params.name
         arguments: dict[str, Any] = dict(params.arguments or {})
         if name == self.commit_tool or name == self.rollback_tool:
-            session_id, principal = session_identity(ctx, self.stdio_session)
-            session = self._existing(session_id, principal)
-            if name == self.commit_tool:
-                with telemetry.span("shadowguard.commit", session=session_id):
-                    if session is not None:
-                        outcome = await session.commit()
-                    else:
-                        outcome = self._commit_without_session(session_id)
-                        self.sessions.notify_commit(session_id, outcome)
-                return render_commit(outcome, session_id)
-            if session is None:
-                return render_rollback(None, session_id)
-            pending = session.in_transaction
-            rollback = await session.rollback("agent")
-            return render_rollback(rollback if pending else None, session_id)
+            return await self._end_transaction(ctx, name)
         route = self.routes.get(name)
         if route is None or name.startswith(RESERVED_PREFIX):
             refused = _unknown_tool(name, arguments)
             self.sessions.notify_call(refused)
             return render_outcome(refused, None, None)
         session_id, principal = session_identity(ctx, self.stdio_session)
+        stamp_extra: dict[str, Any] = {}
+        one_call = False
+        if session_id is None:
+            session_id, stamp_extra = _default_session(route, arguments)
+            one_call = stamp_extra.get("sessionless") is True
         try:
             session = self.sessions.open(session_id, principal)
         except SessionOwnerError as exc:
@@ -566,21 +631,58 @@ class GuardProxy:
             raise MCPError(code=types.INVALID_REQUEST, message=str(exc)) from exc
         approval_id = approval_of(ctx) or _approval_in_state(params.request_state)
         meta = strip_reserved_meta(ctx.meta)
-        with telemetry.span(
-            "shadowguard.tool_call", tool=name, upstream=route.upstream.name, session=session_id
-        ):
-            result = await session.call(route.upstream, route.name, arguments, meta, approval_id=approval_id)
-        if _asks_input(ctx, result.outcome):
-            return render_input_required(result.outcome, session_id, route.exposed)
-        return render_outcome(result.outcome, result.upstream_result, session_id, tool=route.exposed)
+        try:
+            with telemetry.span(
+                "shadowguard.tool_call", tool=name, upstream=route.upstream.name, session=session_id
+            ):
+                result = await session.call(
+                    route.upstream, route.name, arguments, meta, approval_id=approval_id
+                )
+        finally:
+            if one_call:
+                with anyio.CancelScope(shield=True):
+                    await self.sessions.end(session_id, "read", record_empty=False)
+        shown = None if one_call else session_id
+        if _asks_input(ctx, result.outcome) and not one_call:
+            return render_input_required(result.outcome, shown, route.exposed)
+        applied_by = None if route.upstream.transactional else route.upstream.name
+        return render_outcome(
+            result.outcome,
+            result.upstream_result,
+            shown,
+            tool=route.exposed,
+            applied_by=applied_by,
+            stamp_extra=stamp_extra,
+        )
+
+    async def _end_transaction(self, ctx: Ctx, name: str) -> types.CallToolResult:
+        """The commit or rollback tool, on the session the request names."""
+        session_id, principal = session_identity(ctx, self.stdio_session)
+        if session_id is None:
+            return _no_session_named(name)
+        session = self._existing(session_id, principal)
+        if name == self.commit_tool:
+            with telemetry.span("shadowguard.commit", session=session_id):
+                if session is not None:
+                    outcome = await session.commit()
+                else:
+                    outcome = self._commit_without_session(session_id)
+                    self.sessions.notify_commit(session_id, outcome)
+            return render_commit(outcome, session_id)
+        if session is None:
+            return render_rollback(None, session_id)
+        pending = session.in_transaction
+        rollback = await session.rollback("agent")
+        return render_rollback(rollback if pending else None, session_id)
 
     def _commit_without_session(self, session_id: str) -> CommitOutcome:
         """Nothing is open under this id: fine, unless the session was rolled back behind the agent."""
         ended = self.sessions.ended(session_id)
-        if ended is None or ended == "shutdown":
+        if ended is None or ended in ("shutdown", "read"):
             return CommitOutcome(committed=True)
         why = {
             "idle": "it was idle for longer than the idle timeout",
+            "lease": "its client sent no request within the session lease (sessions.lease_s)",
             "closed": "its connection was closed",
         }[ended]
         return CommitOutcome(
@@ -599,6 +701,47 @@ class GuardProxy:
         if session is not None and session.principal != principal:
             raise _invalid(f"session {session_id!r} belongs to another principal")
         return session
+
+
+def _upstream_label(upstream: Upstream) -> str:
+    return f"{upstream.name!r} ({upstream.prefix}*)" if upstream.prefix else repr(upstream.name)
+
+
+def _names(labels: Sequence[str]) -> str:
+    return ", ".join(labels)
+
+
+def _commit_description(held: Sequence[str], applied: Sequence[str]) -> str:
+    """The commit tool's text: what is pending and what is already real, upstream by upstream."""
+    text = "Make this session's changes durable. "
+    if held:
+        text += (
+            f"Changes through the tools of {_names(held)} are pending until you call it, and a rollback "
+            "discards them. "
+        )
+    if applied:
+        text += (
+            f"Calls to the tools of {_names(applied)} are applied at once, when they return: they are "
+            "already real, commit only makes them final, and until then a rollback can undo them only "
+            "through compensating calls the policy names. "
+        )
+    return text + (
+        "Call it once, when the task's changes are complete and correct. The guard first checks the "
+        "final state against the policy; if a rule is broken nothing is committed and the violations "
+        "come back as an error, each with a hint: fix them and call it again."
+    )
+
+
+def _rollback_description(held: Sequence[str], applied: Sequence[str]) -> str:
+    text = "Undo this session's uncommitted work, e.g. after a mistake you cannot fix step by step. "
+    if held:
+        text += f"Pending changes through the tools of {_names(held)} are discarded. "
+    if applied:
+        text += (
+            f"Calls to the tools of {_names(applied)} were already applied: they are undone only where "
+            "the policy names a compensating call; the answer lists any that stay in effect."
+        )
+    return text.rstrip()
 
 
 def _version() -> str:

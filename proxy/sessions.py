@@ -71,7 +71,7 @@ from guard.models import (
 )
 from guard.session import GuardSession, ToolResult
 from guard.txext import RemoteBackend, TransactionError
-from proxy.held import CANCEL_REASONS, HeldCalls
+from proxy.held import CANCEL_REASONS, NO_REVIEWER_REASON, HeldCalls
 from proxy.upstreams import (
     CALL_TIMEOUT_S,
     Upstream,
@@ -88,8 +88,12 @@ SESSION_META_KEY = "shadowguard/session"
 per-session id under it to transactional upstreams (their session selector on sessionless HTTP)."""
 
 OnIdle = Literal["rollback"]
-EndReason = Literal["idle", "closed", "shutdown"]
-RollbackReason = Literal["agent", "api", "idle", "closed", "shutdown", "upstream_failed", "commit_failed"]
+EndReason = Literal["idle", "lease", "closed", "shutdown", "read"]
+"""Why a session ended: ``lease`` its client sent nothing for ``sessions.lease_s``; ``read`` the
+one-call session of a read that named no session (docs/adr/008-default-sessions.md)."""
+RollbackReason = Literal[
+    "agent", "api", "idle", "lease", "closed", "shutdown", "read", "upstream_failed", "commit_failed"
+]
 """Why a session's transactions were rolled back (a metric label: keep the set small)."""
 
 
@@ -100,6 +104,15 @@ class RollbackOutcome(BaseModel):
     not_reversed: list[str] = Field(default_factory=list)
     changes: ChangeSet = Field(default_factory=ChangeSet)
     """The net changes that were discarded (as far as the backends could tell)."""
+    undone: list[ToolCall] = Field(default_factory=list)
+    """Calls a journaled upstream had applied, undone by their compensating calls."""
+    not_undone: list[ToolCall] = Field(default_factory=list)
+    """Calls a journaled upstream had applied that stay in effect (no compensation, or it failed)."""
+
+    @property
+    def empty(self) -> bool:
+        """Nothing was pending: no row discarded, no call undone or left in effect."""
+        return not (self.changes or self.undone or self.not_undone or self.not_reversed)
 
 
 class SessionObserver(Protocol):
@@ -153,6 +166,15 @@ def _is_gone(exc: BaseException) -> bool:
     if isinstance(exc, UpstreamGoneError) or is_connection_lost(exc):
         return True
     return isinstance(exc, TransactionError) and exc.code == types.CONNECTION_CLOSED
+
+
+def _journaled(leg: _Leg, guard: GuardSession) -> list[ToolCall]:
+    """The calls a journaled leg's open transaction applied, under the names the agent calls them."""
+    journal = guard.backend
+    if not isinstance(journal, JournalBackend):
+        return []
+    prefix = leg.upstream.prefix
+    return [e.call.model_copy(update={"tool": prefix + e.call.tool}) for e in journal.entries]
 
 
 def _text(result: types.CallToolResult) -> str:
@@ -287,10 +309,47 @@ class ProxySession:
             self.last_used = self._clock()
             gate = self._gates.get(upstream.name)
             requested = gate.take_requested() if gate is not None else []
+        if self.held is not None and not self.held.decidable and result.outcome.verdict is Verdict.HELD:
+            result = CallResult(await self._unapprovable(result.outcome))
+            requested = []
         self.observer.call(result.outcome)
         if self.held is not None and requested:
             await self.held.notify(requested)
         return result
+
+    async def _unapprovable(self, held: ToolOutcome) -> ToolOutcome:
+        """A held call no reviewer can approve (none is configured): refused now, its request cancelled
+        (so that it neither waits ``approvals.wait_s`` nor blocks the commit)."""
+        assert self.held is not None
+        if held.approval_id is not None:
+            try:
+                await self._run(self.held.cancel, held.approval_id, NO_REVIEWER_REASON)
+            except ApprovalStoreError as exc:
+                logger.warning("session %s: approval %s not cancelled: %s", self.id, held.approval_id, exc)
+        tool = held.call.tool
+        message = (
+            f"{tool} needs a human approval, and no reviewer who could approve it is configured on this "
+            "proxy (auth.reviewers has no approver), so it was refused. It did not run; nothing changed."
+        )
+        step = (
+            "Do not send it again: it cannot be approved here. Tell the user that this action needs a "
+            "reviewer (the operator configures one: docs/approvals.md), or do without it."
+        )
+        source = held.violations[0].source if held.violations else None
+        return held.model_copy(
+            update={
+                "verdict": Verdict.REFUSED,
+                "changes": ChangeSet(),
+                "error_class": ErrorClass.PERMISSION_DENIED.value,
+                "violations": [Violation(rule_id="no_reviewer", message=message, hint=step, source=source)],
+                "hint": ErrorHint(
+                    error_class=ErrorClass.PERMISSION_DENIED.value, message=message, next_step=step
+                ),
+                "approval_id": None,
+                "approval_state": None,
+                "approval_expires_at": None,
+            }
+        )
 
     async def _leg(self, upstream: Upstream) -> _Leg:
         leg = self._legs.get(upstream.name)
@@ -511,9 +570,11 @@ class ProxySession:
         if violations:
             return CommitOutcome(committed=False, violations=violations, changes=changes)
         committed: list[str] = []
+        applied: list[ToolCall] = []
         for leg in legs:
             guard = leg.guard
             assert guard is not None
+            journaled = _journaled(leg, guard)
             try:
                 result = guard.commit()
             except (BackendError, UpstreamError, MCPError) as exc:
@@ -527,7 +588,8 @@ class ProxySession:
             leg.guard = None
             leg.remote = None
             committed.append(leg.upstream.name)
-        return CommitOutcome(committed=True, changes=changes)
+            applied += journaled
+        return CommitOutcome(committed=True, changes=changes, applied=applied)
 
     def _pending_approvals(self) -> CommitOutcome | None:
         """A refusal while the session has requests waiting for a reviewer (worker thread), else None."""
@@ -610,10 +672,15 @@ class ProxySession:
             # They expire on their own; the session is over either way.
             logger.warning("session %s: pending approvals not cancelled: %s", self.id, exc)
 
-    def _rollback_sync(self, reason: RollbackReason) -> RollbackOutcome:
-        """Roll back every open transaction (worker thread); report what could not be undone."""
+    def _rollback_sync(self, reason: RollbackReason, *, record_empty: bool = True) -> RollbackOutcome:
+        """Roll back every open transaction (worker thread); report what could not be undone.
+
+        ``record_empty=False``: a rollback that found nothing pending is not reported to the observer
+        (the end of a sessionless read's transaction is no rollback anyone asked for)."""
         not_reversed: list[str] = []
         changes = ChangeSet()
+        undone: list[ToolCall] = []
+        not_undone: list[ToolCall] = []
         rolled_any = False
         for leg in self._legs.values():
             guard = leg.guard
@@ -622,19 +689,24 @@ class ProxySession:
             leg.guard = None
             leg.remote = None
             rolled_any = True
+            journaled = _journaled(leg, guard)
             if not leg.connection.alive:
-                journal = guard.backend if isinstance(guard.backend, JournalBackend) else None
-                if journal is not None and journal.entries:
+                if journaled:
+                    not_undone += journaled
                     not_reversed.append(
-                        f"{leg.upstream.name}: {len(journal.entries)} applied call(s) could not be "
+                        f"{leg.upstream.name}: {len(journaled)} applied call(s) could not be "
                         "compensated: the connection to the upstream is gone"
                     )
                 continue  # a transactional upstream's transaction ended with its connection
             try:
                 changes = changes.extend(guard.pending_changes())
                 guard.rollback()
+                undone += journaled
             except NotReversibleError as exc:
                 not_reversed.append(f"{leg.upstream.name}: {exc}")
+                stuck = {c.id for c in _journaled(leg, guard)}
+                undone += [c for c in journaled if c.id not in stuck]
+                not_undone += [c for c in journaled if c.id in stuck]
             except (BackendError, UpstreamError, MCPError) as exc:
                 if _is_gone(exc) or not leg.connection.alive:
                     leg.connection.lost = True
@@ -643,15 +715,25 @@ class ProxySession:
                 # unknown, so the connection (and the upstream session with it) is dropped.
                 leg.connection.lost = True
                 logger.warning("session %s: rollback on %r failed: %s", self.id, leg.upstream.name, exc)
-        outcome = RollbackOutcome(rolled_back=not not_reversed, not_reversed=not_reversed, changes=changes)
-        if rolled_any:
+        outcome = RollbackOutcome(
+            rolled_back=not not_reversed,
+            not_reversed=not_reversed,
+            changes=changes,
+            undone=undone,
+            not_undone=not_undone,
+        )
+        if rolled_any and (record_empty or not outcome.empty):
             self.observer.rollback(self.id, reason, outcome)
         return outcome
 
-    async def close(self, reason: EndReason) -> RollbackOutcome:
-        """End the session: roll back whatever is pending (never a commit), close its own connections."""
+    async def close(self, reason: EndReason, *, record_empty: bool = True) -> RollbackOutcome:
+        """End the session: roll back whatever is pending (never a commit), close its own connections.
+
+        ``record_empty``: see :meth:`_rollback_sync`."""
         async with self._lock:
-            result: RollbackOutcome = await self._run(self._rollback_sync, reason)
+            result: RollbackOutcome = await self._run(
+                lambda: self._rollback_sync(reason, record_empty=record_empty)
+            )
             self.closed = True
             for leg in self._legs.values():
                 if leg.owned:

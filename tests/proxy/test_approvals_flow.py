@@ -300,7 +300,12 @@ async def test_approved_through_the_api_the_waiting_call_runs_once_then_commits(
         assert note in harness.notes_rows(flow.db), "run in the session's transaction, not committed yet"
         committed = await agent.call("commit")
         assert not committed.is_error, harness.text(committed)
-        assert committed.structured_content == {"committed": True, "changes": 1, "violations": []}
+        assert committed.structured_content == {
+            "committed": True,
+            "changes": 1,
+            "applied_calls": 0,
+            "violations": [],
+        }
     assert note not in harness.notes_rows(flow.db)
 
     with store_of(flow, "waiting") as store:
