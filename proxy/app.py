@@ -20,6 +20,7 @@ With ``auth.agents`` or ``auth.orchestrators`` configured these need a bearer to
 
 from __future__ import annotations
 
+import errno
 import logging
 import signal
 import socket
@@ -100,6 +101,7 @@ def build_proxy(
     sessions = SessionRegistry(
         idle_timeout=config.sessions.idle_timeout_s,
         on_idle=config.sessions.on_idle,
+        lease=config.sessions.lease_s,
         observer=recorder,
         held=held,
     )
@@ -256,7 +258,8 @@ def sessions_router(proxy: GuardProxy) -> APIRouter:
 
 
 class _EndSessionOnDelete:
-    """Ends the guard session of a handshake-era HTTP session the client closes (``DELETE /mcp``).
+    """Ends the guard session of a handshake-era HTTP session the client closes (``DELETE /mcp``), and
+    renews the lease of the session any request with an ``Mcp-Session-Id`` belongs to.
 
     The guard session is rolled back before the DELETE is answered, so a client that sees the
     answer knows its pending changes are gone.
@@ -267,6 +270,10 @@ class _EndSessionOnDelete:
         self.proxy = proxy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == MCP_PATH:
+            session_id = Headers(scope=scope).get("mcp-session-id")
+            if session_id:
+                self.proxy.sessions.renew(session_id)
         if scope["type"] != "http" or scope["method"] != "DELETE" or scope["path"] != MCP_PATH:
             await self.app(scope, receive, send)
             return
@@ -369,6 +376,23 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _bind_side(host: str, port: int) -> socket.socket:
+    """The stdio proxy's side port: the configured one, else (taken: hosts start one stdio proxy per
+    window or chat, all with one config) a free one, said on stderr with the URL that follows."""
+    try:
+        return _bind(host, port)
+    except OSError as exc:
+        if port == 0 or exc.errno != errno.EADDRINUSE:
+            raise
+    print(
+        f"shadowguard serve: port {port} is in use (another instance with this config?); "
+        "the HTTP side app takes a free port instead",
+        file=sys.stderr,
+        flush=True,
+    )
+    return _bind(host, 0)
+
+
 def _url(host: str, sock: socket.socket, path: str = MCP_PATH) -> str:
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{sock.getsockname()[1]}{path}"
@@ -421,8 +445,8 @@ async def run_stdio(
     config: ProxyConfig, *, side_http: bool, announce: Callable[[str], None] = announce_stderr
 ) -> None:
     """``shadowguard serve --stdio``: one agent on stdin/stdout (until it closes them, or SIGINT/SIGTERM);
-    the HTTP app on a side port if asked."""
-    sock = _bind(config.http.host, config.http.port) if side_http else None
+    the HTTP app on a side port if asked (:func:`_bind_side`)."""
+    sock = _bind_side(config.http.host, config.http.port) if side_http else None
     try:
         review = _url(config.http.host, sock, REVIEW_PATH) if sock is not None else None
         proxy, recorder = build_proxy(config, spare_connections=False, review_url=review)

@@ -127,6 +127,10 @@ class CommitToolConfig(_Section):
 class SessionsConfig(_Section):
     idle_timeout_s: float = Field(default=900.0, gt=0)
     on_idle: Literal["rollback"] = "rollback"
+    lease_s: float = Field(default=300.0, gt=0)
+    """A session over HTTP (where the proxy cannot see its client go) is rolled back and closed when
+    none of its requests came for this long; every request of the session renews it. The stdio
+    session ends with its client instead."""
 
     @field_validator("on_idle", mode="before")
     @classmethod

@@ -325,7 +325,7 @@ def render_commit(outcome: CommitOutcome, session_id: str | None) -> types.CallT
     if outcome.committed:
         parts = []
         if outcome.changes:
-            parts.append(f"{len(outcome.changes)} pending row change(s) are now durable")
+            parts.append(f"{len(outcome.changes)} row change(s) are now durable")
         if outcome.applied:
             parts.append(
                 f"{len(outcome.applied)} call(s) to upstreams that cannot transact were already applied "
@@ -624,7 +624,7 @@ class GuardProxy:
             session_id, stamp_extra = _default_session(route, arguments)
             one_call = stamp_extra.get("sessionless") is True
         try:
-            session = self.sessions.open(session_id, principal)
+            session = self.sessions.open(session_id, principal, leased=session_id != self.stdio_session)
         except SessionOwnerError as exc:
             raise _invalid(str(exc)) from exc
         except SessionLimitError as exc:

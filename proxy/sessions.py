@@ -207,6 +207,8 @@ class ProxySession:
         self._forwarded: types.CallToolResult | None = None
         self._forward_meta: dict[str, Any] = {}
         self.last_used = clock()
+        self.leased = False
+        """Ends when no request of it came for the registry's lease (an HTTP client may vanish unseen)."""
         self.calls = 0
         self.closed = False
         self.lost: str | None = None
@@ -228,6 +230,10 @@ class ProxySession:
 
     def idle_for(self) -> float:
         return self._clock() - self.last_used
+
+    def touch(self) -> None:
+        """A request of this session arrived (renews its lease)."""
+        self.last_used = self._clock()
 
     def describe(self) -> dict[str, Any]:
         """A JSON-able status for orchestrators."""
