@@ -142,11 +142,12 @@ _PREFIX = re.compile(
     re.I,
 )
 _ERROR_TEXT = re.compile(
-    r"^\s*(error|tool execution failed|error executing tool [\w.\-/]+|error calling tool '?[\w.\-/]+'?)"
-    r"\s*:\s*\S",
+    r"^\s*((\w+ )?error|tool execution failed|error executing tool [\w.\-/]+|"
+    r"error calling tool '?[\w.\-/]+'?)\s*:\s*\S",
     re.I,
 )
-"""A plain-text result that is an error message (``Error: Only SELECT queries are allowed``)."""
+"""A plain-text result that is an error message: ``Error: Only SELECT queries are allowed``,
+``Database error: no such table: t`` (a label, at most one word before "error", then a colon)."""
 _IN_BAND_KEYS = frozenset({"error", "tool", "code", "message", "details", "detail", "status", "type"})
 _PYDANTIC = re.compile(r"^(?:input )?validation failed: (.+)$", re.I | re.S)
 
@@ -158,7 +159,8 @@ def error_message(text: str, is_error: bool) -> str | None:
     only for a JSON object whose ``error`` is a non-empty string (or an object with a ``message``) and
     whose other keys are error-envelope keys, so a record that merely has an ``error`` field is not
     mistaken for a failure; or for a text that *begins* with an error label and a colon (``Error:
-    ...``, ``Tool execution failed: ...``), as servers that catch their exceptions into text write it.
+    ...``, ``Database error: ...``, ``Tool execution failed: ...``), as servers that catch their
+    exceptions into text write it.
     """
     stripped = text.strip()
     body: Any = None

@@ -106,13 +106,12 @@ class JournalBackend:
         effect, _ = classify(info, arguments, self.policy.effect_of(tool))
         if effect is EffectClass.READ:
             return result
+        call = ToolCall(
+            session_id=self.session_id, principal=self.principal, tool=tool, arguments=dict(arguments)
+        )
         forwarding = FORWARDING.get()
-        if forwarding is not None and forwarding.tool == tool and forwarding.arguments == dict(arguments):
-            call = forwarding
-        else:
-            call = ToolCall(
-                session_id=self.session_id, principal=self.principal, tool=tool, arguments=dict(arguments)
-            )
+        if forwarding is not None and forwarding.tool == tool and forwarding.arguments == call.arguments:
+            call.id = forwarding.id  # the id the agent is told, so that a rollback names the call it saw
         changes = self.reported_changes(tool, arguments, result) if self.reported_changes else ChangeSet()
         compensation, why = self._compensation_for(call)
         self.entries.append(
