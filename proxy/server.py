@@ -66,6 +66,9 @@ MAX_APPROVAL_ID = 128
 APPROVAL_INPUT_KEY = "shadowguard/approval"
 """The key of the input request a still-pending call asks a 2026-07-28 client to answer."""
 _STATE_PREFIX = "approval:"
+MAX_INPUT_ROUNDS = 3
+"""Input requests one held call makes before it answers with the held result (``approval_pending``):
+fewer than the SDK client's limit (10 rounds, then ``InputRequiredRoundsExceededError``)."""
 MAX_VIOLATION_ROWS = 5
 ROLLBACK_TOOL = "rollback"
 
@@ -136,11 +139,15 @@ def approval_of(ctx: Ctx) -> str | None:
     return value
 
 
-def _approval_in_state(state: str | None) -> str | None:
-    """The request id a retried round carries in its (verified, unsealed) ``requestState``."""
+def _approval_in_state(state: str | None) -> tuple[str | None, int]:
+    """(request id, rounds asked so far) a retried round carries in its (verified, unsealed)
+    ``requestState``: ``approval:<id>:<rounds>``."""
     if state is None or not state.startswith(_STATE_PREFIX):
-        return None
-    return state.removeprefix(_STATE_PREFIX) or None
+        return None, 0
+    approval_id, _, rounds = state.removeprefix(_STATE_PREFIX).rpartition(":")
+    if not approval_id or not rounds.isdigit():
+        return None, 0
+    return approval_id, int(rounds)
 
 
 def _asks_input(ctx: Ctx, outcome: ToolOutcome) -> bool:
@@ -154,9 +161,11 @@ def _asks_input(ctx: Ctx, outcome: ToolOutcome) -> bool:
 
 
 def render_input_required(
-    outcome: ToolOutcome, session_id: str | None, tool: str
+    outcome: ToolOutcome, session_id: str | None, tool: str, rounds: int = 1
 ) -> types.InputRequiredResult:
-    """A still-pending call as an input request: the client checks back by answering it (any answer)."""
+    """A still-pending call as an input request: the client checks back by answering it (any answer).
+    ``rounds``: how many times the call has been asked so far, this one included (at most
+    ``MAX_INPUT_ROUNDS``: then the held result answers, before the client's own limit of rounds)."""
     assert outcome.approval_id is not None
     expires = outcome.approval_expires_at.isoformat() if outcome.approval_expires_at is not None else "?"
     message = (
@@ -172,7 +181,7 @@ def render_input_required(
     stamp.update(_approval_json(outcome))
     return types.InputRequiredResult(
         input_requests={APPROVAL_INPUT_KEY: types.ElicitRequest(params=form)},
-        request_state=_STATE_PREFIX + outcome.approval_id,
+        request_state=f"{_STATE_PREFIX}{outcome.approval_id}:{rounds}",
         _meta={OUTCOME_META_KEY: stamp},
     )
 
@@ -629,7 +638,8 @@ class GuardProxy:
             raise _invalid(str(exc)) from exc
         except SessionLimitError as exc:
             raise MCPError(code=types.INVALID_REQUEST, message=str(exc)) from exc
-        approval_id = approval_of(ctx) or _approval_in_state(params.request_state)
+        in_state, rounds = _approval_in_state(params.request_state)
+        approval_id = approval_of(ctx) or in_state
         meta = strip_reserved_meta(ctx.meta)
         try:
             with telemetry.span(
@@ -643,8 +653,8 @@ class GuardProxy:
                 with anyio.CancelScope(shield=True):
                     await self.sessions.end(session_id, "read", record_empty=False)
         shown = None if one_call else session_id
-        if _asks_input(ctx, result.outcome) and not one_call:
-            return render_input_required(result.outcome, shown, route.exposed)
+        if _asks_input(ctx, result.outcome) and not one_call and rounds < MAX_INPUT_ROUNDS:
+            return render_input_required(result.outcome, shown, route.exposed, rounds + 1)
         applied_by = None if route.upstream.transactional else route.upstream.name
         return render_outcome(
             result.outcome,
