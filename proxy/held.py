@@ -43,7 +43,8 @@ from guard.approvals.models import (
 )
 from guard.approvals.transitions import TransitionStore
 from guard.effects import classify
-from guard.models import EffectClass, ToolCall
+from guard.errors import ErrorClass
+from guard.models import ChangeSet, EffectClass, ErrorHint, ToolCall, ToolOutcome, Verdict, Violation
 from proxy import telemetry
 from proxy.upstreams import ToolRoute, Upstream
 
@@ -235,6 +236,40 @@ class HeldCalls:
         except ApprovalConflict as exc:
             logger.info("approval %s was %s before it could be cancelled", approval_id, exc.approval.state)
             return None
+
+    def refuse_unapprovable(self, held: ToolOutcome) -> ToolOutcome:
+        """A held call no reviewer can approve (none is configured, :attr:`decidable` is False): refused
+        now and its request cancelled (worker thread), so that it neither waits ``approvals.wait_s``
+        nor blocks the session's commit."""
+        if held.approval_id is not None:
+            try:
+                self.cancel(held.approval_id, NO_REVIEWER_REASON)
+            except ApprovalStoreError as exc:
+                logger.warning("approval %s not cancelled: %s", held.approval_id, exc)
+        tool = held.call.tool
+        message = (
+            f"{tool} needs a human approval, and no reviewer who could approve it is configured on this "
+            "proxy (auth.reviewers has no approver), so it was refused. It did not run; nothing changed."
+        )
+        step = (
+            "Do not send it again: it cannot be approved here. Tell the user that this action needs a "
+            "reviewer (the operator configures one: docs/approvals.md), or do without it."
+        )
+        source = held.violations[0].source if held.violations else None
+        return held.model_copy(
+            update={
+                "verdict": Verdict.REFUSED,
+                "changes": ChangeSet(),
+                "error_class": ErrorClass.PERMISSION_DENIED.value,
+                "violations": [Violation(rule_id="no_reviewer", message=message, hint=step, source=source)],
+                "hint": ErrorHint(
+                    error_class=ErrorClass.PERMISSION_DENIED.value, message=message, next_step=step
+                ),
+                "approval_id": None,
+                "approval_state": None,
+                "approval_expires_at": None,
+            }
+        )
 
     def cancel_pending(self, session_id: str, principal: str | None, reason: str) -> list[Approval]:
         """Cancel the session's pending requests (worker thread); returns those cancelled.

@@ -46,12 +46,12 @@ from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from guard.approvals.models import ApprovalStore
-from guard.effects import classify
 from guard.errors import ErrorClass
 from guard.models import CommitOutcome, EffectClass, ErrorHint, ToolCall, ToolOutcome, Verdict, Violation
 from guard.session import RESERVED_PREFIX
 from proxy import telemetry
 from proxy.config import ConfigError, ProxyConfig
+from proxy.dropin import commit_description, default_session, rollback_description, upstream_label
 from proxy.held import APPROVAL_META_KEY, HeldCalls
 from proxy.registry import SessionLimitError, SessionOwnerError, SessionRegistry
 from proxy.sessions import SESSION_META_KEY, ProxySession, RollbackOutcome
@@ -399,18 +399,6 @@ def render_rollback(outcome: RollbackOutcome | None, session_id: str | None) -> 
     )
 
 
-def _default_session(route: ToolRoute, arguments: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The session of a call that names none (docs/adr/008-default-sessions.md): a read runs in a
-    session of its own, ended with the call (stamped ``sessionless``); any other call mints a session
-    whose id the result states, with the ``_meta`` the client sends to stay in it."""
-    upstream = route.upstream
-    effect, _ = classify(upstream.tool_info(route.name), arguments, upstream.policy.effect_of(route.name))
-    if effect is EffectClass.READ:
-        return f"read:{uuid.uuid4().hex}", {"sessionless": True}
-    minted = f"minted:{uuid.uuid4().hex}"
-    return minted, {"send": {"_meta": {SESSION_META_KEY: minted}}}
-
-
 def _no_session_named(tool: str) -> types.CallToolResult:
     """commit/rollback from a client that names no session: there is nothing to guess from."""
     message = (
@@ -499,13 +487,13 @@ class GuardProxy:
     def _proxy_tools(self) -> dict[str, types.Tool]:
         """The commit and rollback tools, described for the upstreams as they are (call again once the
         upstreams are started: whether each transacts is known only then)."""
-        held = [_upstream_label(u) for u in self.upstreams if u.transactional]
-        applied = [_upstream_label(u) for u in self.upstreams if not u.transactional]
+        held = [upstream_label(u) for u in self.upstreams if u.transactional]
+        applied = [upstream_label(u) for u in self.upstreams if not u.transactional]
         tools: dict[str, types.Tool] = {}
         if self.commit_tool is not None:
             tools[self.commit_tool] = types.Tool(
                 name=self.commit_tool,
-                description=_commit_description(held, applied),
+                description=commit_description(held, applied),
                 input_schema=dict(_EMPTY_SCHEMA),
                 annotations=types.ToolAnnotations(
                     read_only_hint=False, destructive_hint=False, idempotent_hint=True
@@ -514,7 +502,7 @@ class GuardProxy:
         if self.rollback_tool is not None:
             tools[self.rollback_tool] = types.Tool(
                 name=self.rollback_tool,
-                description=_rollback_description(held, applied),
+                description=rollback_description(held, applied),
                 input_schema=dict(_EMPTY_SCHEMA),
                 annotations=types.ToolAnnotations(
                     read_only_hint=False, destructive_hint=True, idempotent_hint=True
@@ -630,7 +618,7 @@ class GuardProxy:
         stamp_extra: dict[str, Any] = {}
         one_call = False
         if session_id is None:
-            session_id, stamp_extra = _default_session(route, arguments)
+            session_id, stamp_extra = default_session(route, arguments)
             one_call = stamp_extra.get("sessionless") is True
         try:
             session = self.sessions.open(session_id, principal, leased=session_id != self.stdio_session)
@@ -711,47 +699,6 @@ class GuardProxy:
         if session is not None and session.principal != principal:
             raise _invalid(f"session {session_id!r} belongs to another principal")
         return session
-
-
-def _upstream_label(upstream: Upstream) -> str:
-    return f"{upstream.name!r} ({upstream.prefix}*)" if upstream.prefix else repr(upstream.name)
-
-
-def _names(labels: Sequence[str]) -> str:
-    return ", ".join(labels)
-
-
-def _commit_description(held: Sequence[str], applied: Sequence[str]) -> str:
-    """The commit tool's text: what is pending and what is already real, upstream by upstream."""
-    text = "Make this session's changes durable. "
-    if held:
-        text += (
-            f"Changes through the tools of {_names(held)} are pending until you call it, and a rollback "
-            "discards them. "
-        )
-    if applied:
-        text += (
-            f"Calls to the tools of {_names(applied)} are applied at once, when they return: they are "
-            "already real, commit only makes them final, and until then a rollback can undo them only "
-            "through compensating calls the policy names. "
-        )
-    return text + (
-        "Call it once, when the task's changes are complete and correct. The guard first checks the "
-        "final state against the policy; if a rule is broken nothing is committed and the violations "
-        "come back as an error, each with a hint: fix them and call it again."
-    )
-
-
-def _rollback_description(held: Sequence[str], applied: Sequence[str]) -> str:
-    text = "Undo this session's uncommitted work, e.g. after a mistake you cannot fix step by step. "
-    if held:
-        text += f"Pending changes through the tools of {_names(held)} are discarded. "
-    if applied:
-        text += (
-            f"Calls to the tools of {_names(applied)} were already applied: they are undone only where "
-            "the policy names a compensating call; the answer lists any that stay in effect."
-        )
-    return text.rstrip()
 
 
 def _version() -> str:

@@ -71,7 +71,7 @@ from guard.models import (
 )
 from guard.session import GuardSession, ToolResult
 from guard.txext import RemoteBackend, TransactionError
-from proxy.held import CANCEL_REASONS, NO_REVIEWER_REASON, HeldCalls
+from proxy.held import CANCEL_REASONS, HeldCalls
 from proxy.upstreams import (
     CALL_TIMEOUT_S,
     Upstream,
@@ -316,46 +316,12 @@ class ProxySession:
             gate = self._gates.get(upstream.name)
             requested = gate.take_requested() if gate is not None else []
         if self.held is not None and not self.held.decidable and result.outcome.verdict is Verdict.HELD:
-            result = CallResult(await self._unapprovable(result.outcome))
+            result = CallResult(await self._run(self.held.refuse_unapprovable, result.outcome))
             requested = []
         self.observer.call(result.outcome)
         if self.held is not None and requested:
             await self.held.notify(requested)
         return result
-
-    async def _unapprovable(self, held: ToolOutcome) -> ToolOutcome:
-        """A held call no reviewer can approve (none is configured): refused now, its request cancelled
-        (so that it neither waits ``approvals.wait_s`` nor blocks the commit)."""
-        assert self.held is not None
-        if held.approval_id is not None:
-            try:
-                await self._run(self.held.cancel, held.approval_id, NO_REVIEWER_REASON)
-            except ApprovalStoreError as exc:
-                logger.warning("session %s: approval %s not cancelled: %s", self.id, held.approval_id, exc)
-        tool = held.call.tool
-        message = (
-            f"{tool} needs a human approval, and no reviewer who could approve it is configured on this "
-            "proxy (auth.reviewers has no approver), so it was refused. It did not run; nothing changed."
-        )
-        step = (
-            "Do not send it again: it cannot be approved here. Tell the user that this action needs a "
-            "reviewer (the operator configures one: docs/approvals.md), or do without it."
-        )
-        source = held.violations[0].source if held.violations else None
-        return held.model_copy(
-            update={
-                "verdict": Verdict.REFUSED,
-                "changes": ChangeSet(),
-                "error_class": ErrorClass.PERMISSION_DENIED.value,
-                "violations": [Violation(rule_id="no_reviewer", message=message, hint=step, source=source)],
-                "hint": ErrorHint(
-                    error_class=ErrorClass.PERMISSION_DENIED.value, message=message, next_step=step
-                ),
-                "approval_id": None,
-                "approval_state": None,
-                "approval_expires_at": None,
-            }
-        )
 
     async def _leg(self, upstream: Upstream) -> _Leg:
         leg = self._legs.get(upstream.name)
