@@ -247,9 +247,10 @@ class HeldCalls:
             except ApprovalStoreError as exc:
                 logger.warning("approval %s not cancelled: %s", held.approval_id, exc)
         tool = held.call.tool
+        rule = f" (rule {held.violations[0].rule_id})" if held.violations else ""
         message = (
-            f"{tool} needs a human approval, and no reviewer who could approve it is configured on this "
-            "proxy (auth.reviewers has no approver), so it was refused. It did not run; nothing changed."
+            f"{tool} needs a human approval{rule}, and no reviewer who could approve it is configured on "
+            "this proxy (auth.reviewers has no approver), so it was refused. It did not run; nothing changed."
         )
         step = (
             "Do not send it again: it cannot be approved here. Tell the user that this action needs a "

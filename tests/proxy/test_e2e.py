@@ -321,8 +321,9 @@ async def test_journaled_upstream_applies_holds_and_compensates(
         assert f"{n}-j" in harness.notes_rows(db), "a journaled upstream applies writes at once"
 
         held = await agent.refused("j_delete_note", {"id": "n2"})
-        assert held["verdict"] == "held"
-        assert rule_ids(held) == ["irreversible_unrehearsed"]
+        # Held before it is forwarded; this proxy has no reviewer, so refused at once (docs/approvals.md).
+        assert held["verdict"] == "refused" and rule_ids(held) == ["no_reviewer"]
+        assert "irreversible_unrehearsed" in held["violations"][0]["message"]
         assert "n2" in harness.notes_rows(db), "an irreversible call is held before it is forwarded"
 
         undone = await agent.call("rollback")
