@@ -84,6 +84,12 @@ BUILTIN_RULES: tuple[TextRule, ...] = (
         r"canceling statement due to lock timeout|deadlock detected|could not serialize access",
         LockContention,
     ),
+    _rule(
+        "statement_kind",
+        r"^only\b[^.]{0,60}\b(are|is) (allowed|supported|permitted)\b|"
+        r"\b(queries|statements) are not (allowed|supported|permitted)\b",
+        InvalidArguments,
+    ),
     _rule("rate_limited", r"\brate[- ]?limit|too many requests|quota exceeded|\bthrottl", RateLimited),
     _rule("timeout", r"\btimed? ?out\b|\btimeout\b|deadline exceeded|\brequest timeout\b", UpstreamTimeout),
     _rule(
@@ -95,7 +101,8 @@ BUILTIN_RULES: tuple[TextRule, ...] = (
     _rule(
         "permission",
         r"permission denied|\bforbidden\b|access denied|\bunauthori[sz]ed\b|not authori[sz]ed|"
-        r"not (allowed|permitted) to\b|insufficient (privileges|permissions)",
+        r"not (allowed|permitted) to\b|insufficient (privileges|permissions)|"
+        r"\boutside (of )?(the )?allowed\b",
         PermissionDenied,
     ),
     _rule(
@@ -113,7 +120,7 @@ BUILTIN_RULES: tuple[TextRule, ...] = (
     _rule(
         "not_found",
         r"\bnot found\b|\bno\b[^.;]{0,80}?\bfound\b|does not exist|doesn't exist|\bno such\b|"
-        r"^unknown (tool|table|record|id)\b",
+        r"^unknown (tool|table|record|id)\b|\bdid not resolve\b|\bunknown revision\b",
         NotFound,
     ),
     _rule(
@@ -129,7 +136,8 @@ BUILTIN_RULES: tuple[TextRule, ...] = (
         "invalid_value",
         r"\binvalid\b|\bunsupported\b|failed to parse|could not parse|unable to parse|"
         r"unconverted data remains|does not match( the)? format|\bmalformed\b|"
-        r"\bmust (be|contain)\b|\bcannot exceed\b|\bexpected\b.*\bformat\b|\bout of range\b",
+        r"\bmust (be|contain)\b|\bcannot exceed\b|\bexpected\b.*\bformat\b|\bout of range\b|"
+        r"\bsyntax error\b",
         InvalidArguments,
     ),
 )
@@ -140,6 +148,13 @@ _PREFIX = re.compile(
     r"\s*:\s*",
     re.I,
 )
+_ERROR_TEXT = re.compile(
+    r"^\s*((\w+ )?error|tool execution failed|error executing tool [\w.\-/]+|"
+    r"error calling tool '?[\w.\-/]+'?)\s*:\s*\S",
+    re.I,
+)
+"""A plain-text result that is an error message: ``Error: Only SELECT queries are allowed``,
+``Database error: no such table: t`` (a label, at most one word before "error", then a colon)."""
 _IN_BAND_KEYS = frozenset({"error", "tool", "code", "message", "details", "detail", "status", "type"})
 _PYDANTIC = re.compile(r"^(?:input )?validation failed: (.+)$", re.I | re.S)
 
@@ -150,7 +165,9 @@ def error_message(text: str, is_error: bool) -> str | None:
     ``is_error`` results are errors whatever their text. Results that claim success count as errors
     only for a JSON object whose ``error`` is a non-empty string (or an object with a ``message``) and
     whose other keys are error-envelope keys, so a record that merely has an ``error`` field is not
-    mistaken for a failure.
+    mistaken for a failure; or for a text that *begins* with an error label and a colon (``Error:
+    ...``, ``Database error: ...``, ``Tool execution failed: ...``), as servers that catch their
+    exceptions into text write it.
     """
     stripped = text.strip()
     body: Any = None
@@ -167,6 +184,8 @@ def error_message(text: str, is_error: bool) -> str | None:
             return error
     if is_error:
         return stripped or "the tool reported an error without a message"
+    if _ERROR_TEXT.match(stripped):
+        return stripped
     return None
 
 

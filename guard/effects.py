@@ -26,7 +26,10 @@ class ToolInfo:
     annotations: Mapping[str, Any] = field(default_factory=dict)
     """MCP annotations, wire names: readOnlyHint, destructiveHint, idempotentHint, openWorldHint."""
     sql_dialect: str | None = None
-    """Set for tools whose SQL argument should be analysed (the tool runs SQL it is given)."""
+    """Set for tools whose SQL argument should be analysed (the tool runs SQL it is given); ``""``:
+    analyse it in sqlglot's generic dialect."""
+    sql_argument: str | None = None
+    """The argument holding the SQL (None: the first of ``SQL_ARGUMENTS`` the call has)."""
 
 
 def classify(
@@ -43,11 +46,30 @@ def classify(
     if hints.get("destructiveHint") is False:
         return EffectClass.WRITE, "destructiveHint=false"
     if tool.sql_dialect is not None:
-        for name in SQL_ARGUMENTS:
+        names = (tool.sql_argument,) if tool.sql_argument is not None else SQL_ARGUMENTS
+        dialect = tool.sql_dialect or None
+        for name in names:
             value = arguments.get(name)
             if isinstance(value, str):
                 try:
-                    return classify_statement(value, tool.sql_dialect), f"SQL analysis of {name!r}"
+                    return classify_statement(value, dialect), f"SQL analysis of {name!r}"
                 except SqlTextError:
                     return EffectClass.IRREVERSIBLE, f"unparseable SQL in {name!r}"
     return EffectClass.WRITE, "default"
+
+
+def detected_sql_argument(input_schema: Mapping[str, Any], about: str = "") -> str | None:
+    """The SQL argument of a tool that, by its shape, runs the SQL it is given: exactly one property,
+    a string named one of ``SQL_ARGUMENTS``, and either that name is ``sql`` or ``about`` (the tool's
+    name and description) says SQL (``read_query(query)``: "Execute a SELECT query on the SQLite
+    database"). None for any other shape: ``search_nodes(query)`` takes words, not SQL, and a tool
+    with more arguments is configured explicitly."""
+    properties = input_schema.get("properties")
+    if not isinstance(properties, Mapping) or len(properties) != 1:
+        return None
+    name, spec = next(iter(properties.items()))
+    if name not in SQL_ARGUMENTS or not isinstance(spec, Mapping) or spec.get("type") != "string":
+        return None
+    if name != "sql" and "sql" not in about.lower():
+        return None
+    return str(name)

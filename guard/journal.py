@@ -17,8 +17,9 @@ matches, is held *before* it is forwarded (verdict ``held``, empty preview).
 What the journal cannot give: :meth:`changes` holds only the row changes the upstream itself
 reports (the optional ``reported_changes`` hook reads them from a result); without that it is an
 empty ChangeSet. :meth:`query` raises: there is no shadow state to query, so SQL checks fail closed
-(policy packs for such upstreams use checks that need no query). A failed call (``is_error``) is not
-journaled: the upstream said it did nothing, and the journal has no way to know otherwise.
+(policy packs for such upstreams use checks that need no query). A failed call (``is_error``, or an
+in-band error text: :func:`guard.classify.error_message`) is not journaled: the upstream said it did
+nothing, and the journal has no way to know otherwise.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from guard.backend import BackendError, NotReversibleError
+from guard.classify import error_message
 from guard.effects import ToolInfo, classify
 from guard.models import ChangeSet, EffectClass, ToolCall
 from guard.policy import EMPTY, PolicyPack
-from guard.session import Executor, ToolResult
+from guard.session import FORWARDING, Executor, ToolResult
 
 ReportedChanges = Callable[[str, Mapping[str, Any], ToolResult], ChangeSet]
 
@@ -98,7 +100,7 @@ class JournalBackend:
         """Forward one call; journal it when it is a write that succeeded."""
         self._require()
         result = self.upstream(tool, arguments)
-        if result.is_error:
+        if error_message(result.text, result.is_error) is not None:
             return result
         info = self.tools.get(tool, ToolInfo(name=tool))
         effect, _ = classify(info, arguments, self.policy.effect_of(tool))
@@ -107,6 +109,9 @@ class JournalBackend:
         call = ToolCall(
             session_id=self.session_id, principal=self.principal, tool=tool, arguments=dict(arguments)
         )
+        forwarding = FORWARDING.get()
+        if forwarding is not None and forwarding.tool == tool and forwarding.arguments == call.arguments:
+            call.id = forwarding.id  # the id the agent is told, so that a rollback names the call it saw
         changes = self.reported_changes(tool, arguments, result) if self.reported_changes else ChangeSet()
         compensation, why = self._compensation_for(call)
         self.entries.append(

@@ -202,6 +202,9 @@ class ToolOutcome(BaseModel):
     approval_state: str | None = None
     """That request's state as the guard last saw it (an ``ApprovalState`` value, or ``used``)."""
     approval_expires_at: datetime | None = None
+    outcome_unknown: bool = False
+    """A failed state-changing call that may have been applied all the same (it timed out after it was
+    sent, and nothing undid it): the agent must read the state before calling it again."""
 
 
 class CommitOutcome(BaseModel):
@@ -210,3 +213,7 @@ class CommitOutcome(BaseModel):
     committed: bool
     violations: list[Violation] = Field(default_factory=list)
     changes: ChangeSet = Field(default_factory=ChangeSet)
+    applied: list[ToolCall] = Field(default_factory=list)
+    """Calls that were already applied when they ran (upstreams that cannot transact): the commit did
+    not make them durable, they were so from the start; committed, they are no longer undone by a
+    rollback. Their ids are the ones the agent saw."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +58,9 @@ from guard.validation import ToolValidators
 logger = logging.getLogger(__name__)
 
 RESERVED_PREFIX = "__reserved__"
+FORWARDING: ContextVar[ToolCall | None] = ContextVar("shadowguard_forwarding", default=None)
+"""The call a GuardSession is forwarding right now (in the thread that forwards it), so that a backend
+that records forwarded calls (guard.journal) records them under the id the agent is told."""
 
 
 @dataclass(frozen=True)
@@ -308,6 +312,7 @@ class GuardSession:
                     hint=failure.hint(retries=retries, applied=applied),
                     retries=retries,
                     attempts=attempts,
+                    outcome_unknown=applied is None,
                 ),
             )
         assert result is not None, "an attempt without a failure has a result"
@@ -478,6 +483,7 @@ class GuardSession:
         result: ToolResult | None = None
         failure: ToolFailure | None
         try:
+            token = FORWARDING.set(call)
             try:
                 result = self.execute(call.tool, call.arguments)
             except BackendError:
@@ -488,6 +494,8 @@ class GuardSession:
                     logger.warning("unclassified failure of %s", call.tool, exc_info=exc)
             else:
                 failure = self.classifier.result(call.tool, result.text, result.is_error)
+            finally:
+                FORWARDING.reset(token)
             changes = self.backend.changes(savepoint)
         except BaseException:
             # The upstream may have written before it failed; its outcome is unknown, so undo it.

@@ -3,9 +3,10 @@
 Routes: the MCP endpoint ``/mcp`` (streamable HTTP, both protocol eras), the sessions API for
 orchestrators, and the routers other parts contribute (``/healthz``, ``/readyz``, ``/metrics``):
 
-* ``POST /api/sessions/{id}/commit`` -> ``{"session", "committed", "changes", "violations"}``
+* ``POST /api/sessions/{id}/commit`` -> ``{"session", "committed", "changes", "applied_calls", "violations"}``
   (200 whether committed or refused: a refusal is an answer, not an error; 404 for an unknown id)
-* ``POST /api/sessions/{id}/rollback`` -> ``{"session", "rolled_back", "changes", "not_reversed"}``
+* ``POST /api/sessions/{id}/rollback`` -> ``{"session", "rolled_back", "changes", "undone_calls",
+  "not_undone_calls", "not_reversed"}``
 * ``GET /api/sessions`` and ``GET /api/sessions/{id}`` -> the open sessions' status
 
 With ``auth.agents`` or ``auth.orchestrators`` configured these need a bearer token: an orchestrator's
@@ -19,6 +20,7 @@ With ``auth.agents`` or ``auth.orchestrators`` configured these need a bearer to
 
 from __future__ import annotations
 
+import errno
 import logging
 import signal
 import socket
@@ -46,7 +48,7 @@ from proxy.approvals.webhook import WebhookNotifier
 from proxy.audit import AuditLog
 from proxy.config import ConfigError, ProxyConfig
 from proxy.health import health_router
-from proxy.held import HeldCalls
+from proxy.held import HeldCalls, check_reviewers
 from proxy.ledger import SessionLedger
 from proxy.registry import SessionRegistry
 from proxy.server import GuardProxy
@@ -74,8 +76,15 @@ class Recorder:
         self.audit.record_commit(outcome, session_id)
 
     def rollback(self, session_id: str, reason: str, outcome: RollbackOutcome) -> None:
-        telemetry.record_rollback(reason)
-        self.audit.record_rollback(session_id, reason, changes=len(outcome.changes))
+        telemetry.record_rollback(reason, complete=outcome.rolled_back)
+        self.audit.record_rollback(
+            session_id,
+            reason,
+            changes=len(outcome.changes),
+            rolled_back=outcome.rolled_back,
+            undone_calls=[c.id for c in outcome.undone],
+            not_undone_calls=[c.id for c in outcome.not_undone],
+        )
 
 
 def build_proxy(
@@ -98,6 +107,7 @@ def build_proxy(
     sessions = SessionRegistry(
         idle_timeout=config.sessions.idle_timeout_s,
         on_idle=config.sessions.on_idle,
+        lease=config.sessions.lease_s,
         observer=recorder,
         held=held,
         ledger=ledger,
@@ -137,6 +147,7 @@ def _held_calls(config: ProxyConfig, review_url: str | None) -> HeldCalls:
         poll_s=settings.poll_s,
         notifier=notifier,
         sweep_every_s=settings.sweep_s,
+        decidable=any(r.role == "approver" for r in config.auth.reviewers),
     )
 
 
@@ -152,6 +163,11 @@ async def serving(proxy: GuardProxy, recorder: Recorder, config: ProxyConfig) ->
                 await background.start(held.run)
             try:
                 async with proxy.running():
+                    check_reviewers(
+                        proxy.routes,
+                        held is None or held.decidable,
+                        require=config.approvals.require_reviewers,
+                    )
                     yield proxy
             finally:
                 background.cancel_scope.cancel()
@@ -238,6 +254,7 @@ def sessions_router(proxy: GuardProxy) -> APIRouter:
                 "session": session_id,
                 "committed": outcome.committed,
                 "changes": len(outcome.changes),
+                "applied_calls": len(outcome.applied),
                 "violations": [v.model_dump(mode="json") for v in outcome.violations],
             }
         )
@@ -250,6 +267,8 @@ def sessions_router(proxy: GuardProxy) -> APIRouter:
                 "session": session_id,
                 "rolled_back": outcome.rolled_back,
                 "changes": len(outcome.changes),
+                "undone_calls": [c.id for c in outcome.undone],
+                "not_undone_calls": [c.id for c in outcome.not_undone],
                 "not_reversed": outcome.not_reversed,
             }
         )
@@ -258,7 +277,8 @@ def sessions_router(proxy: GuardProxy) -> APIRouter:
 
 
 class _EndSessionOnDelete:
-    """Ends the guard session of a handshake-era HTTP session the client closes (``DELETE /mcp``).
+    """Ends the guard session of a handshake-era HTTP session the client closes (``DELETE /mcp``), and
+    renews the lease of the session any request with an ``Mcp-Session-Id`` belongs to.
 
     The guard session is rolled back before the DELETE is answered, so a client that sees the
     answer knows its pending changes are gone.
@@ -269,6 +289,10 @@ class _EndSessionOnDelete:
         self.proxy = proxy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == MCP_PATH:
+            session_id = Headers(scope=scope).get("mcp-session-id")
+            if session_id:
+                self.proxy.sessions.renew(session_id)
         if scope["type"] != "http" or scope["method"] != "DELETE" or scope["path"] != MCP_PATH:
             await self.app(scope, receive, send)
             return
@@ -371,6 +395,23 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _bind_side(host: str, port: int) -> socket.socket:
+    """The stdio proxy's side port: the configured one, else (taken: hosts start one stdio proxy per
+    window or chat, all with one config) a free one, said on stderr with the URL that follows."""
+    try:
+        return _bind(host, port)
+    except OSError as exc:
+        if port == 0 or exc.errno != errno.EADDRINUSE:
+            raise
+    print(
+        f"shadowguard serve: port {port} is in use (another instance with this config?); "
+        "the HTTP side app takes a free port instead",
+        file=sys.stderr,
+        flush=True,
+    )
+    return _bind(host, 0)
+
+
 def _url(host: str, sock: socket.socket, path: str = MCP_PATH) -> str:
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{sock.getsockname()[1]}{path}"
@@ -431,8 +472,8 @@ async def run_stdio(
     config: ProxyConfig, *, side_http: bool, announce: Callable[[str], None] = announce_stderr
 ) -> None:
     """``shadowguard serve --stdio``: one agent on stdin/stdout (until it closes them, or SIGINT/SIGTERM);
-    the HTTP app on a side port if asked."""
-    sock = _bind(config.http.host, config.http.port) if side_http else None
+    the HTTP app on a side port if asked (:func:`_bind_side`)."""
+    sock = _bind_side(config.http.host, config.http.port) if side_http else None
     try:
         review = _url(config.http.host, sock, REVIEW_PATH) if sock is not None else None
         proxy, recorder = build_proxy(config, spare_connections=False, review_url=review)

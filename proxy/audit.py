@@ -15,7 +15,10 @@ logs rather than files. Every record has::
 plus, for ``call``: ``call_id, principal, tool, effect, verdict, error_class, retries, duration_ms,
 changes, tables, violations, arguments_digest`` (and ``arguments`` when opted in; ``approval_id`` and
 ``approval_state`` for a call bound to an approval request: held, or run or refused under it); for ``commit``:
-``committed, changes, tables, violations, duration_ms``; for ``rollback``: ``reason, changes``; for
+``committed, changes, applied_calls, tables, violations, duration_ms`` (``applied_calls``: the ids of
+calls a journaled upstream had applied when they ran); for ``rollback``: ``reason, rolled_back, changes,
+undone_calls, not_undone_calls`` (pending rows discarded; ids of applied calls compensated, and of those
+still in effect); for
 ``approval_decision`` (a reviewer approved or rejected a held call): ``approval_id, principal, tool,
 reviewer, role, decision, reason, arguments_digest, at``.
 """
@@ -115,6 +118,7 @@ class AuditLog:
             "session": session_id,
             "committed": outcome.committed,
             "changes": len(outcome.changes),
+            "applied_calls": [c.id for c in outcome.applied],
             "tables": _tables(outcome.changes),
             "violations": _violations(outcome.violations),
             "duration_ms": round(duration_ms, 3) if duration_ms is not None else None,
@@ -122,14 +126,27 @@ class AuditLog:
         return self._write(record)
 
     def record_rollback(
-        self, session_id: str | None, reason: str, *, changes: int | None = None
+        self,
+        session_id: str | None,
+        reason: str,
+        *,
+        changes: int | None = None,
+        rolled_back: bool = True,
+        undone_calls: list[str] | None = None,
+        not_undone_calls: list[str] | None = None,
     ) -> dict[str, Any]:
-        """Write the record of a session rolled back (``reason``: agent, idle, shutdown, api, ...)."""
+        """Write the record of a session rolled back (``reason``: agent, idle, shutdown, api, ...):
+        ``changes`` pending row changes discarded, ``undone_calls`` the ids of applied calls that
+        compensations undid, ``not_undone_calls`` of those still in effect (then ``rolled_back`` is
+        false)."""
         record: dict[str, Any] = {
             "kind": "rollback",
             "session": session_id,
             "reason": reason,
+            "rolled_back": rolled_back,
             "changes": changes,
+            "undone_calls": list(undone_calls or []),
+            "not_undone_calls": list(not_undone_calls or []),
         }
         return self._write(record)
 

@@ -186,6 +186,7 @@ def serve(
     from proxy.app import run_http, run_stdio
     from proxy.config import ConfigError, ProxyConfig
     from proxy.ledger import LedgerError
+    from proxy.held import NoReviewerError
     from proxy.upstreams import UpstreamError
 
     try:
@@ -204,7 +205,7 @@ def serve(
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
-    except (PolicyError, UpstreamError, ApprovalStoreError, LedgerError, OSError) as exc:
+    except (PolicyError, UpstreamError, ApprovalStoreError, LedgerError, NoReviewerError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
     except KeyboardInterrupt:

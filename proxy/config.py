@@ -48,6 +48,18 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class SqlToolConfig(_Section):
+    """A tool that runs the SQL it is given: its effect is decided from that SQL (docs/proxy.md)."""
+
+    argument: str = Field(min_length=1)
+    """The argument holding the SQL statement(s)."""
+    dialect: str | None = None
+    """sqlglot dialect (``sqlite``, ``postgres``, ...); None: the generic one."""
+
+
 class UpstreamConfig(_Section):
     """One real tool server behind the proxy."""
 
@@ -57,6 +69,10 @@ class UpstreamConfig(_Section):
     """stdio: the program; a relative path with a folder part resolves against the config's folder."""
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    """stdio: variables set for the upstream process, literal values."""
+    pass_env: list[str] = Field(default_factory=list)
+    """stdio: names of variables passed from the proxy's own environment (each must be set when the
+    proxy starts). The process gets only these, ``env`` and the SDK's minimal set (HOME, PATH, ...)."""
     url: str | None = Field(default=None, pattern=r"^https?://\S+$")
     """http: the streamable-HTTP endpoint, e.g. ``http://127.0.0.1:8765/mcp``."""
     prefix: str | None = Field(default=None, pattern=_TOOL_NAME)
@@ -71,6 +87,18 @@ class UpstreamConfig(_Section):
     a slot, up to ``writer_wait_s``, instead of colliding in the database. None: no limit."""
     writer_wait_s: float = Field(default=10.0, gt=0)
     """How long a write waits for a writer slot before it fails as retryable lock contention."""
+    sql_tools: dict[str, SqlToolConfig] = Field(default_factory=dict)
+    """Tools (by the upstream's own name) whose effect is decided from their SQL argument."""
+    detect_sql_tools: bool = True
+    """Also treat a tool whose only argument is a string named sql, query or statement as a SQL tool."""
+
+    @field_validator("pass_env")
+    @classmethod
+    def _variable_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not re.match(_ENV_NAME, name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+        return names
 
     @field_validator("transactional", mode="before")
     @classmethod
@@ -91,7 +119,7 @@ class UpstreamConfig(_Section):
         else:
             if self.url is None:
                 raise ValueError("an http upstream needs 'url'")
-            given = [k for k in ("command", "args", "env") if k in self.model_fields_set]
+            given = [k for k in ("command", "args", "env", "pass_env") if k in self.model_fields_set]
             if given:
                 raise ValueError(f"{', '.join(map(repr, given))}: only for stdio upstreams")
         return self
@@ -111,6 +139,10 @@ class SessionsConfig(_Section):
     """The session ledger (proxy.ledger): a SQLAlchemy URL (``sqlite:///file.db`` relative to the
     config's folder, or ``postgresql://...``) where sessions holding uncommitted writes are noted, so
     that a ``commit`` after a crash and restart is refused as lost. One per replica."""
+    lease_s: float = Field(default=300.0, gt=0)
+    """A session over HTTP (where the proxy cannot see its client go) is rolled back and closed when
+    none of its requests came for this long; every request of the session renews it. The stdio
+    session ends with its client instead."""
 
     @field_validator("on_idle", mode="before")
     @classmethod
@@ -182,6 +214,9 @@ class ApprovalsConfig(_Section):
     sweep_s: float = Field(default=30.0, gt=0)
     """How often pending requests past their expiry are marked expired and the queue is counted for the
     ``shadowguard_approvals_pending`` gauge (reads expire requests on the spot too)."""
+    require_reviewers: bool = False
+    """Refuse to start when some tools' calls may be held for approval and ``auth.reviewers`` has no
+    approver (False: a warning at start-up, and each such call is refused at once)."""
 
 
 class ReviewerConfig(_Section):

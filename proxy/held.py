@@ -22,7 +22,7 @@ import logging
 import os
 import socket
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -42,9 +42,11 @@ from guard.approvals.models import (
     utcnow,
 )
 from guard.approvals.transitions import TransitionStore
-from guard.models import ToolCall
+from guard.effects import classify
+from guard.errors import ErrorClass
+from guard.models import ChangeSet, EffectClass, ErrorHint, ToolCall, ToolOutcome, Verdict, Violation
 from proxy import telemetry
-from proxy.upstreams import Upstream
+from proxy.upstreams import ToolRoute, Upstream
 
 logger = logging.getLogger(__name__)
 
@@ -61,14 +63,58 @@ _TIMED_MAX = 4096
 """How many decisions a replica remembers having timed, so that two calls waiting for one request
 observe its wait once."""
 
+NO_REVIEWER_REASON = "no reviewer who could approve it is configured (auth.reviewers has no approver)"
+
 CANCEL_REASONS = {
     "agent": "the agent rolled its session back before a decision",
     "api": "the session was rolled back through the sessions API before a decision",
     "idle": "the session was idle past its timeout and was rolled back before a decision",
+    "lease": "the agent's client went away (no request within the session lease) before a decision",
     "closed": "the agent's connection closed before a decision",
     "shutdown": "the proxy shut down before a decision",
 }
 """Why a session's pending requests were cancelled, by how the session ended."""
+
+
+class NoReviewerError(RuntimeError):
+    """``approvals.require_reviewers`` is set, some tools' calls are held for a reviewer, and no
+    reviewer could approve them (the message names the tools)."""
+
+
+def tools_held_for_review(routes: Mapping[str, ToolRoute]) -> list[str]:
+    """The agent-visible tools whose calls may be held for a reviewer: irreversible by the pack or by
+    their annotations (``destructiveHint``), SQL tools (their DROP, TRUNCATE, unbounded DELETE or
+    UPDATE), and tools a pack's approval rule may name."""
+    held = []
+    for exposed, route in routes.items():
+        upstream, name = route.upstream, route.name
+        info = upstream.tool_info(name)
+        effect, _ = classify(info, {}, upstream.policy.effect_of(name))
+        named = any(
+            (rule.tools is None or name in rule.tools) and rule.effect in (None, effect)
+            for rule in upstream.policy.model.approvals
+        )
+        if effect is EffectClass.IRREVERSIBLE or info.sql_dialect is not None or named:
+            held.append(exposed)
+    return held
+
+
+def check_reviewers(routes: Mapping[str, ToolRoute], decidable: bool, *, require: bool) -> None:
+    """At start-up: warn (or, with ``require``, raise :class:`NoReviewerError`) when some tools' calls
+    are held for a reviewer and no reviewer can approve them: each such call would be refused."""
+    if decidable:
+        return
+    held = tools_held_for_review(routes)
+    if not held:
+        return
+    message = (
+        f"calls to {', '.join(held)} may be held for a human approval, but no reviewer can decide "
+        "(auth.reviewers has no approver): such calls are refused at once. Configure an approver "
+        "(docs/approvals.md) or a policy pack that classifies these tools"
+    )
+    if require:
+        raise NoReviewerError(f"approvals.require_reviewers is true: {message}")
+    logger.warning("%s.", message)
 
 
 class ApprovalNotifier(Protocol):
@@ -106,8 +152,11 @@ class HeldCalls:
         notifier: ApprovalNotifier | None = None,
         sweep_every_s: float = SWEEP_EVERY_S,
         clock: Callable[[], datetime] = utcnow,
+        decidable: bool = True,
     ) -> None:
         self.store = store
+        self.decidable = decidable
+        """Some reviewer can approve a request here; False: a held call is refused at once instead."""
         self.expires_after_s = expires_after_s
         self.wait_s = wait_s
         self.poll_s = poll_s
@@ -181,6 +230,49 @@ class HeldCalls:
         """The session's pending requests (worker thread)."""
         query = ApprovalQuery(states=[ApprovalState.PENDING], session_id=session_id, principal=principal)
         return [a for a in self.store.list(query) if a.principal == principal]
+
+    def cancel(self, approval_id: str, reason: str) -> Approval | None:
+        """Cancel one request (worker thread); None when it was no longer pending."""
+        try:
+            return self.store.cancel(approval_id, reason=reason)
+        except ApprovalConflict as exc:
+            logger.info("approval %s was %s before it could be cancelled", approval_id, exc.approval.state)
+            return None
+
+    def refuse_unapprovable(self, held: ToolOutcome) -> ToolOutcome:
+        """A held call no reviewer can approve (none is configured, :attr:`decidable` is False): refused
+        now and its request cancelled (worker thread), so that it neither waits ``approvals.wait_s``
+        nor blocks the session's commit."""
+        if held.approval_id is not None:
+            try:
+                self.cancel(held.approval_id, NO_REVIEWER_REASON)
+            except ApprovalStoreError as exc:
+                logger.warning("approval %s not cancelled: %s", held.approval_id, exc)
+        tool = held.call.tool
+        rule = f" (rule {held.violations[0].rule_id})" if held.violations else ""
+        message = (
+            f"{tool} needs a human approval{rule}, and no reviewer who could approve it is configured on "
+            "this proxy (auth.reviewers has no approver), so it was refused. It did not run; nothing changed."
+        )
+        step = (
+            "Do not send it again: it cannot be approved here. Tell the user that this action needs a "
+            "reviewer (the operator configures one: docs/approvals.md), or do without it."
+        )
+        source = held.violations[0].source if held.violations else None
+        return held.model_copy(
+            update={
+                "verdict": Verdict.REFUSED,
+                "changes": ChangeSet(),
+                "error_class": ErrorClass.PERMISSION_DENIED.value,
+                "violations": [Violation(rule_id="no_reviewer", message=message, hint=step, source=source)],
+                "hint": ErrorHint(
+                    error_class=ErrorClass.PERMISSION_DENIED.value, message=message, next_step=step
+                ),
+                "approval_id": None,
+                "approval_state": None,
+                "approval_expires_at": None,
+            }
+        )
 
     def cancel_pending(self, session_id: str, principal: str | None, reason: str) -> list[Approval]:
         """Cancel the session's pending requests (worker thread); returns those cancelled.

@@ -45,6 +45,9 @@ class SessionRegistry:
 
     idle_timeout: float | None = 900.0
     on_idle: OnIdle = "rollback"
+    lease: float | None = None
+    """Sessions opened with ``leased=True`` (HTTP: the proxy cannot see their client go) end, rolled
+    back, when no request of theirs came for this long; None: only the idle timeout applies."""
     max_sessions: int = 10_000
     observer: SessionObserver | None = None
     call_observer: CallObserver | None = None
@@ -91,8 +94,11 @@ class SessionRegistry:
         """Report a commit answered outside any session."""
         (self.observer or silent).commit(session_id, outcome)
 
-    def open(self, session_id: str, principal: str | None = None) -> ProxySession:
-        """The session with this id, created if there is none (raises if it is someone else's)."""
+    def open(self, session_id: str, principal: str | None = None, *, leased: bool = False) -> ProxySession:
+        """The session with this id, created if there is none (raises if it is someone else's).
+
+        ``leased``: the session ends when :attr:`lease` passes without a request of it (set once, when
+        the session is created)."""
         session = self._sessions.get(session_id)
         if session is not None and not session.closed:
             if session.principal != principal:
@@ -113,20 +119,30 @@ class SessionRegistry:
             ledger=self.ledger,
             stopping=self.stopping,
         )
+        session.leased = leased
         self._sessions[session_id] = session
         self._ended.pop(session_id, None)
         return session
 
-    async def end(self, session_id: str, reason: EndReason) -> RollbackOutcome | None:
+    def renew(self, session_id: str) -> None:
+        """A request of the session came (any request, not only a tool call): its lease starts again."""
+        session = self._sessions.get(session_id)
+        if session is not None:
+            session.touch()
+
+    async def end(
+        self, session_id: str, reason: EndReason, *, record_empty: bool = True
+    ) -> RollbackOutcome | None:
         """Roll a session back, close it and forget it; None when there is no such session.
 
         The session stays listed until its rollback is done, so that "gone" means "rolled back".
+        ``record_empty=False``: a rollback that found nothing pending is not reported.
         """
         session = self._sessions.get(session_id)
         if session is None:
             return None
         try:
-            return await session.close(reason)
+            return await session.close(reason, record_empty=record_empty)
         finally:
             if self._sessions.get(session_id) is session:
                 del self._sessions[session_id]
@@ -134,26 +150,34 @@ class SessionRegistry:
             while len(self._ended) > _ENDED_KEPT:
                 self._ended.popitem(last=False)
 
+    def _expired(self, session: ProxySession) -> EndReason | None:
+        if session.busy:
+            return None
+        idle = session.idle_for()
+        if self.idle_timeout is not None and idle >= self.idle_timeout:
+            return "idle"
+        if self.lease is not None and session.leased and idle >= self.lease:
+            return "lease"
+        return None
+
     async def reap_idle(self) -> list[str]:
-        """End sessions idle past the timeout (never one with a call in flight); returns their ids."""
-        if self.idle_timeout is None:
-            return []
-        idle = [
-            s.id for s in list(self._sessions.values()) if not s.busy and s.idle_for() >= self.idle_timeout
-        ]
-        for session_id in idle:
-            logger.info("session %s idle for %.1f s: rolled back", session_id, self.idle_timeout)
-            await self.end(session_id, "idle")
-        return idle
+        """End sessions idle past the timeout, or past their lease (never one with a call in flight);
+        returns their ids."""
+        due = [(s.id, why) for s in list(self._sessions.values()) if (why := self._expired(s)) is not None]
+        for session_id, why in due:
+            logger.info("session %s: no request within its %s: rolled back", session_id, why)
+            await self.end(session_id, why)
+        return [session_id for session_id, _ in due]
 
     async def run_reaper(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Check for idle sessions periodically until cancelled."""
         task_status.started()
-        if self.idle_timeout is None:
+        limits = [t for t in (self.idle_timeout, self.lease) if t is not None]
+        if not limits:
             return
-        period = min(max(self.idle_timeout / 4, 0.05), 30.0)
+        period = min(max(min(limits) / 4, 0.05), 30.0)
         while True:
             await anyio.sleep(period)
             await self.reap_idle()

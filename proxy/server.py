@@ -52,6 +52,7 @@ from guard.models import CommitOutcome, EffectClass, ErrorHint, ToolCall, ToolOu
 from guard.session import RESERVED_PREFIX
 from proxy import telemetry
 from proxy.config import ConfigError, ProxyConfig
+from proxy.dropin import commit_description, default_session, rollback_description, upstream_label
 from proxy.held import APPROVAL_META_KEY, HeldCalls
 from proxy.registry import SessionLimitError, SessionOwnerError, SessionRegistry
 from proxy.sessions import SESSION_META_KEY, ProxySession, RollbackOutcome, lost_message
@@ -71,6 +72,9 @@ MAX_APPROVAL_ID = 128
 APPROVAL_INPUT_KEY = "shadowguard/approval"
 """The key of the input request a still-pending call asks a 2026-07-28 client to answer."""
 _STATE_PREFIX = "approval:"
+MAX_INPUT_ROUNDS = 3
+"""Input requests one held call makes before it answers with the held result (``approval_pending``):
+fewer than the SDK client's limit (10 rounds, then ``InputRequiredRoundsExceededError``)."""
 MAX_VIOLATION_ROWS = 5
 ROLLBACK_TOOL = "rollback"
 
@@ -113,13 +117,14 @@ def principal_of(ctx: Ctx) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def session_identity(ctx: Ctx, stdio_session: str) -> tuple[str, str | None]:
+def session_identity(ctx: Ctx, stdio_session: str) -> tuple[str | None, str | None]:
     """(session id, principal) of a request; see docs/proxy.md "Sessions and protocol eras".
 
     In order: ``_meta["shadowguard/session"]`` (any era, any transport); on stdio the connection
     (one per proxy process); in the handshake era over HTTP the ``Mcp-Session-Id``; in the
-    sessionless 2026-07-28 era over HTTP the authenticated principal. Otherwise the request cannot
-    be placed in a session and is refused with ``-32602``.
+    sessionless 2026-07-28 era over HTTP the authenticated principal. Otherwise the request names no
+    session: ``(None, None)``, and the proxy applies the default (docs/adr/008-default-sessions.md).
+    A malformed ``_meta["shadowguard/session"]`` is refused with ``-32602``.
     """
     principal = principal_of(ctx)
     meta: Mapping[str, Any] = ctx.meta or {}
@@ -144,11 +149,7 @@ def session_identity(ctx: Ctx, stdio_session: str) -> tuple[str, str | None]:
         return str(header), principal
     if principal is not None:
         return f"{PRINCIPAL_PREFIX}{principal}", principal
-    raise _invalid(
-        f"no guard session: this request carries no _meta[{SESSION_META_KEY!r}], and the 2026-07-28 HTTP era "
-        "is sessionless (no Mcp-Session-Id) with no authenticated principal. Send a session id of your "
-        f"choice in _meta[{SESSION_META_KEY!r}] with every call of one session."
-    )
+    return None, None
 
 
 def approval_of(ctx: Ctx) -> str | None:
@@ -165,11 +166,15 @@ def approval_of(ctx: Ctx) -> str | None:
     return value
 
 
-def _approval_in_state(state: str | None) -> str | None:
-    """The request id a retried round carries in its (verified, unsealed) ``requestState``."""
+def _approval_in_state(state: str | None) -> tuple[str | None, int]:
+    """(request id, rounds asked so far) a retried round carries in its (verified, unsealed)
+    ``requestState``: ``approval:<id>:<rounds>``."""
     if state is None or not state.startswith(_STATE_PREFIX):
-        return None
-    return state.removeprefix(_STATE_PREFIX) or None
+        return None, 0
+    approval_id, _, rounds = state.removeprefix(_STATE_PREFIX).rpartition(":")
+    if not approval_id or not rounds.isdigit():
+        return None, 0
+    return approval_id, int(rounds)
 
 
 def _asks_input(ctx: Ctx, outcome: ToolOutcome) -> bool:
@@ -183,9 +188,11 @@ def _asks_input(ctx: Ctx, outcome: ToolOutcome) -> bool:
 
 
 def render_input_required(
-    outcome: ToolOutcome, session_id: str | None, tool: str
+    outcome: ToolOutcome, session_id: str | None, tool: str, rounds: int = 1
 ) -> types.InputRequiredResult:
-    """A still-pending call as an input request: the client checks back by answering it (any answer)."""
+    """A still-pending call as an input request: the client checks back by answering it (any answer).
+    ``rounds``: how many times the call has been asked so far, this one included (at most
+    ``MAX_INPUT_ROUNDS``: then the held result answers, before the client's own limit of rounds)."""
     assert outcome.approval_id is not None
     expires = outcome.approval_expires_at.isoformat() if outcome.approval_expires_at is not None else "?"
     message = (
@@ -201,7 +208,7 @@ def render_input_required(
     stamp.update(_approval_json(outcome))
     return types.InputRequiredResult(
         input_requests={APPROVAL_INPUT_KEY: types.ElicitRequest(params=form)},
-        request_state=_STATE_PREFIX + outcome.approval_id,
+        request_state=f"{_STATE_PREFIX}{outcome.approval_id}:{rounds}",
         _meta={OUTCOME_META_KEY: stamp},
     )
 
@@ -241,6 +248,7 @@ _HEADLINES = {
     Verdict.HELD: "Held by the guard: {tool} needs a human approval; nothing was changed.",
     Verdict.FAILED: "{tool} failed; nothing of it was kept.",
 }
+_UNKNOWN_HEADLINE = "{tool} failed, and its outcome is unknown: it may have been applied."
 
 
 def _verdict_json(outcome: ToolOutcome, tool: str) -> dict[str, Any]:
@@ -275,28 +283,42 @@ def render_outcome(
     session_id: str | None,
     *,
     tool: str | None = None,
+    applied_by: str | None = None,
+    stamp_extra: Mapping[str, Any] | None = None,
 ) -> types.CallToolResult:
     """The agent's view of a guarded call (see the module docstring); ``tool`` is the exposed name.
 
     Allowed: the upstream's answer as it came. Anything else: ``isError`` with the guard's verdict in
     text and ``structuredContent``; for a failed call the upstream's own content comes first (its
     error text), then the guard's classification and what to do next.
+
+    ``applied_by``: the journaled upstream an allowed write went to (it is real already: the stamp
+    says ``applied: true`` and a line of text says so); None for a transactional one (a write is
+    pending until commit: ``applied: false``). ``stamp_extra`` is added to ``_meta["shadowguard/outcome"]``.
     """
     tool = tool or outcome.call.tool
     stamp: dict[str, Any] = {"verdict": outcome.verdict.value, "call_id": outcome.call.id}
     if session_id is not None:
         stamp["session"] = session_id
+    stamp.update(stamp_extra or {})
     stamp.update(_approval_json(outcome))
+    writes = outcome.effect is not EffectClass.READ
+    if outcome.verdict is Verdict.ALLOWED and writes:
+        stamp["applied"] = applied_by is not None
     if outcome.verdict is Verdict.ALLOWED and upstream_result is not None:
         meta = strip_reserved_meta(upstream_result.meta)
         meta[OUTCOME_META_KEY] = stamp
-        return upstream_result.model_copy(update={"meta": meta})
+        update: dict[str, Any] = {"meta": meta}
+        if writes and applied_by is not None:
+            update["content"] = [*upstream_result.content, _applied_note(tool, applied_by)]
+        return upstream_result.model_copy(update=update)
     if outcome.verdict is Verdict.ALLOWED:
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=outcome.result or "")],
             _meta={OUTCOME_META_KEY: stamp},
         )
-    lines = [_HEADLINES[outcome.verdict].format(tool=tool)]
+    headline = _UNKNOWN_HEADLINE if outcome.outcome_unknown else _HEADLINES[outcome.verdict]
+    lines = [headline.format(tool=tool)]
     lines += [_violation_text(v) for v in outcome.violations]
     if outcome.hint is not None and not outcome.violations:
         lines.append(_hint_text(outcome.hint))
@@ -314,21 +336,43 @@ def render_outcome(
 
 _GONE_RULES = frozenset({"changes_lost", "session_rolled_back", "commit_failed", "partial_commit"})
 """Refusals after which the refused changes are not pending any more (they were rolled back)."""
+def _applied_note(tool: str, upstream: str) -> types.TextContent:
+    text = (
+        f"[shadowguard] {tool} is already applied: the upstream {upstream!r} cannot hold changes until "
+        "commit. A rollback can undo it only through a compensating call its policy names."
+    )
+    return types.TextContent(type="text", text=text)
+
+
+def _calls_text(calls: Sequence[ToolCall]) -> str:
+    return "; ".join(f"{c.tool} (call {c.id})" for c in calls)
 
 
 def render_commit(outcome: CommitOutcome, session_id: str | None) -> types.CallToolResult:
+    """A commit's answer: the row changes it made durable and, apart, the calls of journaled upstreams
+    that were already applied when they ran (``applied_calls``)."""
     stamp: dict[str, Any] = {"verdict": "committed" if outcome.committed else "refused"}
     if session_id is not None:
         stamp["session"] = session_id
     structured: dict[str, Any] = {
         "committed": outcome.committed,
         "changes": len(outcome.changes),
+        "applied_calls": len(outcome.applied),
         "violations": [_violation_json(v) for v in outcome.violations],
     }
     if outcome.committed:
+        parts = []
+        if outcome.changes:
+            parts.append(f"{len(outcome.changes)} row change(s) are now durable")
+        if outcome.applied:
+            parts.append(
+                f"{len(outcome.applied)} call(s) to upstreams that cannot transact were already applied "
+                f"when they ran, and are now final (no rollback will compensate them): "
+                f"{_calls_text(outcome.applied)}"
+            )
         text = (
-            f"Committed: {len(outcome.changes)} row change(s) are now durable."
-            if outcome.changes
+            "Committed: " + "; ".join(parts) + "."
+            if parts
             else "Committed: there were no changes to make durable."
         )
     elif any(v.rule_id in _GONE_RULES for v in outcome.violations):
@@ -355,18 +399,31 @@ def render_commit(outcome: CommitOutcome, session_id: str | None) -> types.CallT
 
 
 def render_rollback(outcome: RollbackOutcome | None, session_id: str | None) -> types.CallToolResult:
+    """A rollback's answer: pending row changes discarded, applied calls undone by compensations, and
+    (then ``rolled_back: false``) the applied calls that stay in effect, each with the id the agent saw."""
     structured: dict[str, Any]
-    if outcome is None:
-        text, structured = "Nothing to roll back: this session has no open changes.", {"rolled_back": True}
-    elif outcome.rolled_back:
-        text = (
-            f"Rolled back: {len(outcome.changes)} pending row change(s) were discarded; "
-            "nothing was committed."
-        )
-        structured = {"rolled_back": True, "changes": len(outcome.changes)}
+    if outcome is None or outcome.empty:
+        text = "Nothing to roll back: this session has no open changes."
+        structured = {"rolled_back": True, "changes": 0, "undone_calls": [], "not_undone_calls": []}
     else:
-        text = "Rollback incomplete; these changes remain in effect: " + "; ".join(outcome.not_reversed)
-        structured = {"rolled_back": False, "not_reversed": outcome.not_reversed}
+        structured = {
+            "rolled_back": outcome.rolled_back,
+            "changes": len(outcome.changes),
+            "undone_calls": [c.id for c in outcome.undone],
+            "not_undone_calls": [c.id for c in outcome.not_undone],
+        }
+        done = [f"{len(outcome.changes)} pending row change(s) were discarded"]
+        if outcome.undone:
+            done.append(f"applied call(s) undone by compensating calls: {_calls_text(outcome.undone)}")
+        if outcome.rolled_back:
+            text = "Rolled back: " + "; ".join(done) + ". Nothing was committed."
+        else:
+            stays = _calls_text(outcome.not_undone) or "; ".join(outcome.not_reversed)
+            text = (
+                f"Rollback incomplete: these applied calls remain in effect: {stays}. "
+                f"Otherwise: {'; '.join(done)}. Why: {'; '.join(outcome.not_reversed)}"
+            )
+            structured["not_reversed"] = outcome.not_reversed
     stamp: dict[str, Any] = {"verdict": "rolled_back" if structured["rolled_back"] else "failed"}
     if session_id is not None:
         stamp["session"] = session_id
@@ -375,6 +432,22 @@ def render_rollback(outcome: RollbackOutcome | None, session_id: str | None) -> 
         structured_content=structured,
         is_error=not structured["rolled_back"],
         _meta={OUTCOME_META_KEY: stamp},
+    )
+
+
+def _no_session_named(tool: str) -> types.CallToolResult:
+    """commit/rollback from a client that names no session: there is nothing to guess from."""
+    message = (
+        f"{tool}: this request names no guard session, so there is nothing to {tool}. Every write you "
+        f"made without one opened a session and named it in its result's _meta[{OUTCOME_META_KEY!r}] "
+        f'"session"; send that id as _meta[{SESSION_META_KEY!r}] with this call (and with the calls of '
+        "that session). A session nobody names again is rolled back when its lease or idle timeout runs out."
+    )
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=message)],
+        structured_content={"error_class": ErrorClass.INVALID_ARGUMENTS.value, "message": message},
+        is_error=True,
+        _meta={OUTCOME_META_KEY: {"verdict": "refused"}},
     )
 
 
@@ -392,7 +465,11 @@ def _unknown_tool(tool: str, arguments: Mapping[str, Any]) -> ToolOutcome:
 
 
 def _refused_arguments(
-    tool: str, arguments: Mapping[str, Any], session_id: str, principal: str | None, failure: InvalidArguments
+    tool: str,
+    arguments: Mapping[str, Any],
+    session_id: str | None,
+    principal: str | None,
+    failure: InvalidArguments,
 ) -> ToolOutcome:
     """Refused before a session or a worker thread is involved: the arguments pass a limit (their
     digest is still computed for the audit record: bounded by the transport's body limit)."""
@@ -465,17 +542,15 @@ class GuardProxy:
         return cls(upstreams, sessions, commit_tool=commit, limits=config.limits.arguments())
 
     def _proxy_tools(self) -> dict[str, types.Tool]:
+        """The commit and rollback tools, described for the upstreams as they are (call again once the
+        upstreams are started: whether each transacts is known only then)."""
+        held = [upstream_label(u) for u in self.upstreams if u.transactional]
+        applied = [upstream_label(u) for u in self.upstreams if not u.transactional]
         tools: dict[str, types.Tool] = {}
         if self.commit_tool is not None:
             tools[self.commit_tool] = types.Tool(
                 name=self.commit_tool,
-                description=(
-                    "Make this session's changes durable. Until you call it, every change you make "
-                    "through the other tools is pending and can be undone. Call it once, when the "
-                    "task's changes are complete and correct. The guard first checks the final state "
-                    "against the policy; if a rule is broken nothing is committed and the violations "
-                    "come back as an error, each with a hint: fix them and call it again."
-                ),
+                description=commit_description(held, applied),
                 input_schema=dict(_EMPTY_SCHEMA),
                 annotations=types.ToolAnnotations(
                     read_only_hint=False, destructive_hint=False, idempotent_hint=True
@@ -484,10 +559,7 @@ class GuardProxy:
         if self.rollback_tool is not None:
             tools[self.rollback_tool] = types.Tool(
                 name=self.rollback_tool,
-                description=(
-                    "Discard every change of this session that has not been committed, e.g. after a "
-                    "mistake you cannot fix step by step. Nothing pending is kept."
-                ),
+                description=rollback_description(held, applied),
                 input_schema=dict(_EMPTY_SCHEMA),
                 annotations=types.ToolAnnotations(
                     read_only_hint=False, destructive_hint=True, idempotent_hint=True
@@ -505,6 +577,7 @@ class GuardProxy:
             async with anyio.create_task_group() as tg:
                 try:
                     await self._start_upstreams(tg)
+                    self._own_tools = self._proxy_tools()
                     self.routes = build_catalog(self.upstreams, reserved=list(self._own_tools))
                     await tg.start(self.sessions.run_reaper)
                     self._running = True
@@ -598,23 +671,7 @@ class GuardProxy:
         name = params.name
         arguments: dict[str, Any] = dict(params.arguments or {})
         if name == self.commit_tool or name == self.rollback_tool:
-            session_id, principal = session_identity(ctx, self.stdio_session)
-            session = self._existing(session_id, principal)
-            if name == self.commit_tool:
-                with telemetry.span("shadowguard.commit", session=session_id):
-                    if session is not None:
-                        outcome = await session.commit()
-                    else:
-                        lost = await self.sessions.take_lost(session_id, principal)
-                        outcome = self._commit_without_session(session_id, lost)
-                        self.sessions.notify_commit(session_id, outcome)
-                return render_commit(outcome, session_id)
-            if session is None:
-                await self.sessions.take_lost(session_id, principal)
-                return render_rollback(None, session_id)
-            pending = session.in_transaction
-            rollback = await session.rollback("agent")
-            return render_rollback(rollback if pending else None, session_id)
+            return await self._end_transaction(ctx, name)
         route = self.routes.get(name)
         if route is None or name.startswith(RESERVED_PREFIX):
             refused = _unknown_tool(name, arguments)
@@ -626,21 +683,65 @@ class GuardProxy:
             refused = _refused_arguments(name, arguments, session_id, principal, too_big)
             self.sessions.notify_call(refused)
             return render_outcome(refused, None, session_id, tool=route.exposed)
+        stamp_extra: dict[str, Any] = {}
+        one_call = False
+        if session_id is None:
+            session_id, stamp_extra = default_session(route, arguments)
+            one_call = stamp_extra.get("sessionless") is True
         try:
-            session = self.sessions.open(session_id, principal)
+            session = self.sessions.open(session_id, principal, leased=session_id != self.stdio_session)
         except SessionOwnerError as exc:
             raise _invalid(_UNAVAILABLE.format(session=session_id)) from exc
         except SessionLimitError as exc:
             raise MCPError(code=types.INVALID_REQUEST, message=str(exc)) from exc
-        approval_id = approval_of(ctx) or _approval_in_state(params.request_state)
+        in_state, rounds = _approval_in_state(params.request_state)
+        approval_id = approval_of(ctx) or in_state
         meta = strip_reserved_meta(ctx.meta)
-        with telemetry.span(
-            "shadowguard.tool_call", tool=name, upstream=route.upstream.name, session=session_id
-        ):
-            result = await session.call(route.upstream, route.name, arguments, meta, approval_id=approval_id)
-        if _asks_input(ctx, result.outcome):
-            return render_input_required(result.outcome, session_id, route.exposed)
-        return render_outcome(result.outcome, result.upstream_result, session_id, tool=route.exposed)
+        try:
+            with telemetry.span(
+                "shadowguard.tool_call", tool=name, upstream=route.upstream.name, session=session_id
+            ):
+                result = await session.call(
+                    route.upstream, route.name, arguments, meta, approval_id=approval_id
+                )
+        finally:
+            if one_call:
+                with anyio.CancelScope(shield=True):
+                    await self.sessions.end(session_id, "read", record_empty=False)
+        shown = None if one_call else session_id
+        if _asks_input(ctx, result.outcome) and not one_call and rounds < MAX_INPUT_ROUNDS:
+            return render_input_required(result.outcome, shown, route.exposed, rounds + 1)
+        applied_by = None if route.upstream.transactional else route.upstream.name
+        return render_outcome(
+            result.outcome,
+            result.upstream_result,
+            shown,
+            tool=route.exposed,
+            applied_by=applied_by,
+            stamp_extra=stamp_extra,
+        )
+
+    async def _end_transaction(self, ctx: Ctx, name: str) -> types.CallToolResult:
+        """The commit or rollback tool, on the session the request names."""
+        session_id, principal = session_identity(ctx, self.stdio_session)
+        if session_id is None:
+            return _no_session_named(name)
+        session = self._existing(session_id, principal)
+        if name == self.commit_tool:
+            with telemetry.span("shadowguard.commit", session=session_id):
+                if session is not None:
+                    outcome = await session.commit()
+                else:
+                    lost = await self.sessions.take_lost(session_id, principal)
+                    outcome = self._commit_without_session(session_id, lost)
+                    self.sessions.notify_commit(session_id, outcome)
+            return render_commit(outcome, session_id)
+        if session is None:
+            await self.sessions.take_lost(session_id, principal)
+            return render_rollback(None, session_id)
+        pending = session.in_transaction
+        rollback = await session.rollback("agent")
+        return render_rollback(rollback if pending else None, session_id)
 
     def _commit_without_session(self, session_id: str, lost: str | None) -> CommitOutcome:
         """Nothing is open under this id: fine, unless the session was rolled back behind the agent
@@ -657,10 +758,11 @@ class GuardProxy:
                     )
                 ],
             )
-        if ended is None or ended == "shutdown":
+        if ended is None or ended in ("shutdown", "read"):
             return CommitOutcome(committed=True)
         why = {
             "idle": "it was idle for longer than the idle timeout",
+            "lease": "its client sent no request within the session lease (sessions.lease_s)",
             "closed": "its connection was closed",
         }[ended]
         return CommitOutcome(

@@ -91,8 +91,12 @@ SESSION_META_KEY = "shadowguard/session"
 per-session id under it to transactional upstreams (their session selector on sessionless HTTP)."""
 
 OnIdle = Literal["rollback"]
-EndReason = Literal["idle", "closed", "shutdown"]
-RollbackReason = Literal["agent", "api", "idle", "closed", "shutdown", "upstream_failed", "commit_failed"]
+EndReason = Literal["idle", "lease", "closed", "shutdown", "read"]
+"""Why a session ended: ``lease`` its client sent nothing for ``sessions.lease_s``; ``read`` the
+one-call session of a read that named no session (docs/adr/008-default-sessions.md)."""
+RollbackReason = Literal[
+    "agent", "api", "idle", "lease", "closed", "shutdown", "read", "upstream_failed", "commit_failed"
+]
 """Why a session's transactions were rolled back (a metric label: keep the set small)."""
 
 
@@ -120,6 +124,15 @@ class RollbackOutcome(BaseModel):
     not_reversed: list[str] = Field(default_factory=list)
     changes: ChangeSet = Field(default_factory=ChangeSet)
     """The net changes that were discarded (as far as the backends could tell)."""
+    undone: list[ToolCall] = Field(default_factory=list)
+    """Calls a journaled upstream had applied, undone by their compensating calls."""
+    not_undone: list[ToolCall] = Field(default_factory=list)
+    """Calls a journaled upstream had applied that stay in effect (no compensation, or it failed)."""
+
+    @property
+    def empty(self) -> bool:
+        """Nothing was pending: no row discarded, no call undone or left in effect."""
+        return not (self.changes or self.undone or self.not_undone or self.not_reversed)
 
 
 class SessionObserver(Protocol):
@@ -175,6 +188,15 @@ def _is_gone(exc: BaseException) -> bool:
     return isinstance(exc, TransactionError) and exc.code == types.CONNECTION_CLOSED
 
 
+def _journaled(leg: _Leg, guard: GuardSession) -> list[ToolCall]:
+    """The calls a journaled leg's open transaction applied, under the names the agent calls them."""
+    journal = guard.backend
+    if not isinstance(journal, JournalBackend):
+        return []
+    prefix = leg.upstream.prefix
+    return [e.call.model_copy(update={"tool": prefix + e.call.tool}) for e in journal.entries]
+
+
 def _text(result: types.CallToolResult) -> str:
     return "\n".join(part.text for part in result.content if isinstance(part, types.TextContent))
 
@@ -207,6 +229,8 @@ class ProxySession:
         self._forwarded: types.CallToolResult | None = None
         self._forward_meta: dict[str, Any] = {}
         self.last_used = clock()
+        self.leased = False
+        """Ends when no request of it came for the registry's lease (an HTTP client may vanish unseen)."""
         self.calls = 0
         self.closed = False
         self.lost: str | None = None
@@ -236,6 +260,10 @@ class ProxySession:
 
     def idle_for(self) -> float:
         return self._clock() - self.last_used
+
+    def touch(self) -> None:
+        """A request of this session arrived (renews its lease)."""
+        self.last_used = self._clock()
 
     def describe(self) -> dict[str, Any]:
         """A JSON-able status for orchestrators."""
@@ -321,6 +349,9 @@ class ProxySession:
             self.last_used = self._clock()
             gate = self._gates.get(upstream.name)
             requested = gate.take_requested() if gate is not None else []
+        if self.held is not None and not self.held.decidable and result.outcome.verdict is Verdict.HELD:
+            result = CallResult(await self._run(self.held.refuse_unapprovable, result.outcome))
+            requested = []
         self.observer.call(result.outcome)
         if self.held is not None and requested:
             await self.held.notify(requested)
@@ -632,9 +663,11 @@ class ProxySession:
         if violations:
             return CommitOutcome(committed=False, violations=violations, changes=changes)
         committed: list[str] = []
+        applied: list[ToolCall] = []
         for leg in legs:
             guard = leg.guard
             assert guard is not None
+            journaled = _journaled(leg, guard)
             try:
                 result = guard.commit()
             except (BackendError, UpstreamError, MCPError) as exc:
@@ -648,8 +681,9 @@ class ProxySession:
             leg.guard = None
             leg.remote = None
             committed.append(leg.upstream.name)
+            applied += journaled
         self._forget()
-        return CommitOutcome(committed=True, changes=changes)
+        return CommitOutcome(committed=True, changes=changes, applied=applied)
 
     def _forget(self) -> None:
         """The session holds no uncommitted writes the agent does not know the fate of."""
@@ -739,10 +773,15 @@ class ProxySession:
             # They expire on their own; the session is over either way.
             logger.warning("session %s: pending approvals not cancelled: %s", self.id, exc)
 
-    def _rollback_sync(self, reason: RollbackReason) -> RollbackOutcome:
-        """Roll back every open transaction (worker thread); report what could not be undone."""
+    def _rollback_sync(self, reason: RollbackReason, *, record_empty: bool = True) -> RollbackOutcome:
+        """Roll back every open transaction (worker thread); report what could not be undone.
+
+        ``record_empty=False``: a rollback that found nothing pending is not reported to the observer
+        (the end of a sessionless read's transaction is no rollback anyone asked for)."""
         not_reversed: list[str] = []
         changes = ChangeSet()
+        undone: list[ToolCall] = []
+        not_undone: list[ToolCall] = []
         rolled_any = False
         for leg in self._legs.values():
             guard = leg.guard
@@ -751,19 +790,24 @@ class ProxySession:
             leg.guard = None
             leg.remote = None
             rolled_any = True
+            journaled = _journaled(leg, guard)
             if not leg.connection.alive:
-                journal = guard.backend if isinstance(guard.backend, JournalBackend) else None
-                if journal is not None and journal.entries:
+                if journaled:
+                    not_undone += journaled
                     not_reversed.append(
-                        f"{leg.upstream.name}: {len(journal.entries)} applied call(s) could not be "
+                        f"{leg.upstream.name}: {len(journaled)} applied call(s) could not be "
                         "compensated: the connection to the upstream is gone"
                     )
                 continue  # a transactional upstream's transaction ended with its connection
             try:
                 changes = changes.extend(guard.pending_changes())
                 guard.rollback()
+                undone += journaled
             except NotReversibleError as exc:
                 not_reversed.append(f"{leg.upstream.name}: {exc}")
+                stuck = {c.id for c in _journaled(leg, guard)}
+                undone += [c for c in journaled if c.id not in stuck]
+                not_undone += [c for c in journaled if c.id in stuck]
             except (BackendError, UpstreamError, MCPError) as exc:
                 if _is_gone(exc) or not leg.connection.alive:
                     leg.connection.lost = True
@@ -772,21 +816,31 @@ class ProxySession:
                 # unknown, so the connection (and the upstream session with it) is dropped.
                 leg.connection.lost = True
                 logger.warning("session %s: rollback on %r failed: %s", self.id, leg.upstream.name, exc)
-        outcome = RollbackOutcome(rolled_back=not not_reversed, not_reversed=not_reversed, changes=changes)
+        outcome = RollbackOutcome(
+            rolled_back=not not_reversed,
+            not_reversed=not_reversed,
+            changes=changes,
+            undone=undone,
+            not_undone=not_undone,
+        )
         if self._recorded and self.ledger is not None:
             if reason in ("agent", "api"):
                 self._forget()
             else:
                 self.ledger.ended(self.id, reason)
                 self._recorded = False
-        if rolled_any:
+        if rolled_any and (record_empty or not outcome.empty):
             self.observer.rollback(self.id, reason, outcome)
         return outcome
 
-    async def close(self, reason: EndReason) -> RollbackOutcome:
-        """End the session: roll back whatever is pending (never a commit), close its own connections."""
+    async def close(self, reason: EndReason, *, record_empty: bool = True) -> RollbackOutcome:
+        """End the session: roll back whatever is pending (never a commit), close its own connections.
+
+        ``record_empty``: see :meth:`_rollback_sync`."""
         async with self._lock:
-            result: RollbackOutcome = await self._run(self._rollback_sync, reason)
+            result: RollbackOutcome = await self._run(
+                lambda: self._rollback_sync(reason, record_empty=record_empty)
+            )
             await self._release_writers()
             self.closed = True
             for leg in self._legs.values():

@@ -7,7 +7,8 @@ with the process and runtime collectors beside them:
 * ``shadowguard_tool_errors_total{tool, error_class}`` - calls that ended in a classified error
 * ``shadowguard_violations_total{rule}`` - rule violations that refused or rolled back a call or a commit
 * ``shadowguard_commits_total{result}`` - ``committed`` or ``refused``
-* ``shadowguard_rollbacks_total{reason}`` - sessions rolled back (``agent``, ``idle``, ``shutdown``, ...)
+* ``shadowguard_rollbacks_total{reason, result}`` - sessions rolled back (``agent``, ``idle``, ``shutdown``,
+  ...), ``complete`` or ``incomplete`` (an applied call of a journaled upstream stayed in effect)
 * ``shadowguard_tool_call_duration_seconds{tool, effect}`` - time the guard spent on a call, checks included
 
 and the approval queue's (docs/approvals.md "Metrics and traces" says exactly what each counts):
@@ -91,8 +92,9 @@ COMMITS = Counter(
 )
 ROLLBACKS = Counter(
     "shadowguard_rollbacks",
-    "Sessions rolled back, by reason (agent, idle, shutdown, ...).",
-    ["reason"],
+    "Sessions rolled back, by reason (agent, idle, shutdown, ...) and result: complete, or incomplete "
+    "(some applied call of a journaled upstream stayed in effect).",
+    ["reason", "result"],
     registry=REGISTRY,
 )
 CALL_SECONDS = Histogram(
@@ -218,9 +220,10 @@ def record_commit(outcome: CommitOutcome) -> None:
     )
 
 
-def record_rollback(reason: str) -> None:
-    """Count one session rolled back (``agent``, ``idle``, ``shutdown``, ``api``, ...)."""
-    ROLLBACKS.labels(reason=reason).inc()
+def record_rollback(reason: str, *, complete: bool = True) -> None:
+    """Count one session rolled back (``agent``, ``idle``, ``shutdown``, ``api``, ...); ``complete``
+    False: something applied stayed in effect (result ``incomplete``)."""
+    ROLLBACKS.labels(reason=reason, result="complete" if complete else "incomplete").inc()
 
 
 def record_approval_requested(approval: Approval) -> None:

@@ -17,6 +17,7 @@ closed); :class:`UpstreamGoneError` is how the proxy reports it, and the next se
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from guard.backend import BackendError
-from guard.effects import ToolInfo
+from guard.effects import ToolInfo, detected_sql_argument
 from guard.policy import EMPTY, PolicyPack, load_policy
 from guard.session import RESERVED_PREFIX
 from guard.txext import advertises
@@ -76,6 +77,12 @@ class UpstreamSettings(Protocol):
     def transactional(self) -> Any: ...
     @property
     def policy(self) -> Path | str | None: ...
+    @property
+    def pass_env(self) -> Sequence[str]: ...
+    @property
+    def sql_tools(self) -> Mapping[str, Any]: ...
+    @property
+    def detect_sql_tools(self) -> bool: ...
 
 
 class UpstreamError(Exception):
@@ -105,13 +112,28 @@ def is_connection_lost(exc: BaseException) -> bool:
     return isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED
 
 
+def process_env(spec: UpstreamSettings, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables a stdio upstream gets besides the SDK's minimal set: ``pass_env`` names taken
+    from ``environ`` (the proxy's environment), then the literal ``env`` values over them.
+
+    Raises :class:`UpstreamError` naming every passed variable that is not set.
+    """
+    source = os.environ if environ is None else environ
+    missing = [name for name in spec.pass_env if name not in source]
+    if missing:
+        raise UpstreamError(
+            f"upstream {spec.name!r}: pass_env names {', '.join(missing)}, which the proxy's environment "
+            "does not set"
+        )
+    return {**{name: source[name] for name in spec.pass_env}, **dict(spec.env or {})}
+
+
 def _target(spec: UpstreamSettings) -> StdioServerParameters | str:
     if spec.transport == "stdio":
         if not spec.command:
             raise UpstreamError(f"upstream {spec.name!r}: transport stdio needs a command")
-        return StdioServerParameters(
-            command=spec.command, args=list(spec.args or ()), env=dict(spec.env) if spec.env else None
-        )
+        env = process_env(spec)
+        return StdioServerParameters(command=spec.command, args=list(spec.args or ()), env=env or None)
     if spec.transport == "http":
         if not spec.url:
             raise UpstreamError(f"upstream {spec.name!r}: transport http needs a url")
@@ -341,6 +363,9 @@ class Upstream:
     def tool_info(self, name: str) -> ToolInfo:
         return self._infos[name]
 
+    def _tool_info(self, tool: types.Tool) -> ToolInfo:
+        return _tool_info(tool, self.spec.sql_tools.get(tool.name), detect_sql=self.spec.detect_sql_tools)
+
     def tool_infos(self) -> dict[str, ToolInfo]:
         """What the guard knows of each tool (schema, annotations), by the upstream's own names."""
         return self._infos
@@ -366,8 +391,23 @@ class Upstream:
             await conn.aclose()
             raise UpstreamError(f"upstream {self.name!r}: cannot list its tools: {exc}") from exc
         self.tools = {tool.name: tool for tool in tools}
-        self._infos = {tool.name: _tool_info(tool) for tool in tools}
-        self.transactional = advertises(conn.capabilities) if forced is None else forced
+        unknown = sorted(set(self.spec.sql_tools) - set(self.tools))
+        if unknown:
+            await conn.aclose()
+            raise UpstreamError(
+                f"upstream {self.name!r}: sql_tools names {', '.join(map(repr, unknown))}, which it does "
+                f"not list (its tools: {', '.join(sorted(self.tools))})"
+            )
+        self._infos = {tool.name: self._tool_info(tool) for tool in tools}
+        speaks = advertises(conn.capabilities)
+        if forced is True and not speaks:
+            await conn.aclose()
+            raise UpstreamError(
+                f"upstream {self.name!r}: the config says transactional: true, but it does not advertise "
+                "the shadowguard/tx extension (docs/transaction-extension.md); set transactional: auto "
+                "(or false) to drive it through the journal"
+            )
+        self.transactional = speaks if forced is None else forced
         if self.transactional:
             self._spare = conn
         else:
@@ -453,9 +493,26 @@ class Upstream:
             self._http = None
 
 
-def _tool_info(tool: types.Tool) -> ToolInfo:
+def _tool_info(tool: types.Tool, sql: Any = None, *, detect_sql: bool = False) -> ToolInfo:
+    """What the guard knows of ``tool``; ``sql`` is its ``sql_tools`` entry (argument, dialect)."""
     hints = tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else {}
-    return ToolInfo(name=tool.name, input_schema=tool.input_schema, annotations=hints)
+    if sql is not None:
+        return ToolInfo(
+            name=tool.name,
+            input_schema=tool.input_schema,
+            annotations=hints,
+            sql_dialect=sql.dialect or "",
+            sql_argument=sql.argument,
+        )
+    about = f"{tool.name} {tool.description or ''}"
+    detected = detected_sql_argument(tool.input_schema, about) if detect_sql else None
+    return ToolInfo(
+        name=tool.name,
+        input_schema=tool.input_schema,
+        annotations=hints,
+        sql_dialect="" if detected is not None else None,
+        sql_argument=detected,
+    )
 
 
 @dataclass(frozen=True)

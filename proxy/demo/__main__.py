@@ -51,6 +51,18 @@ def _free_port(host: str) -> int:
         return port
 
 
+def _port_free(host: str, port: int) -> bool:
+    """Nothing listens on ``host:port`` (checked before starting: a readiness probe answered by some
+    other process would otherwise pass for the demo proxy's)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
 def _environment(config: ProxyConfig, folder: Path, port: int, reviewer_token: str) -> dict[str, str]:
     """The overrides: the run's own demo database, audit log and approval queue, the port, and the
     run's reviewer (``reviewer_token``'s hash as the only approver; any configured reviewers are replaced).
@@ -138,6 +150,13 @@ def main(argv: list[str] | None = None) -> int:
     port = options.port if options.port is not None else config.http.port
     if port == 0:
         port = _free_port(config.http.host)
+    elif not _port_free(config.http.host, port):
+        print(
+            f"demo: port {port} on {config.http.host} is already in use (another proxy or program listens "
+            "there); stop it, or run on a free port: make demo DEMO_ARGS='--port 0'",
+            file=sys.stderr,
+        )
+        return 1
     host = f"[{config.http.host}]" if ":" in config.http.host else config.http.host
     url = f"http://{host}:{port}/mcp"
     reviewer_token = secrets.token_urlsafe(32)

@@ -37,6 +37,7 @@ from guard.approvals import ApprovalQuery, ApprovalRequest, ApprovalState, SqlAp
 from guard.models import EffectClass
 from proxy.approvals.auth import hash_token
 from proxy.held import HeldCalls
+from proxy.server import MAX_INPUT_ROUNDS
 
 pytestmark = pytest.mark.anyio
 ERAS = ["legacy", "2026-07-28"]
@@ -300,7 +301,12 @@ async def test_approved_through_the_api_the_waiting_call_runs_once_then_commits(
         assert note in harness.notes_rows(flow.db), "run in the session's transaction, not committed yet"
         committed = await agent.call("commit")
         assert not committed.is_error, harness.text(committed)
-        assert committed.structured_content == {"committed": True, "changes": 1, "violations": []}
+        assert committed.structured_content == {
+            "committed": True,
+            "changes": 1,
+            "applied_calls": 0,
+            "violations": [],
+        }
     assert note not in harness.notes_rows(flow.db)
 
     with store_of(flow, "waiting") as store:
@@ -524,6 +530,30 @@ async def test_a_client_that_can_answer_input_requests_is_asked_to_check_again(
             assert stamp["approval_state"] == "used" and stamp["approval_id"] in asked[0]
             assert not (await agent.call("commit")).is_error
     assert note not in harness.notes_rows(flow.db)
+
+
+async def test_a_client_that_keeps_answering_gets_the_held_result_not_a_rounds_error(
+    flow: Flow, harness: Any
+) -> None:
+    """The SDK client gives up after 10 input rounds (InputRequiredRoundsExceededError): the proxy asks
+    at most MAX_INPUT_ROUNDS times, then answers with the held result the agent can act on."""
+    proxy, note = flow.proxies["immediate"], f"rounds-{uuid.uuid4().hex[:8]}"
+    asked: list[str] = []
+
+    async def answer(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={})
+
+    async with Client(
+        proxy.url, mode="2026-07-28", cache=None, elicitation_callback=answer, read_timeout_seconds=90
+    ) as client:
+        agent = harness.Agent(client, harness.era_agent_session("2026-07-28"))
+        await committed_note(harness, flow, agent, note)
+        held = await agent.refused("delete_note", {"id": note})
+        assert held["verdict"] == "held" and held["approval_state"] == "pending"
+        assert len(asked) == MAX_INPUT_ROUNDS
+        await agent.call("rollback")
+    assert note in harness.notes_rows(flow.db)
 
 
 async def test_closing_the_connection_cancels_the_sessions_pending_requests(flow: Flow, harness: Any) -> None:

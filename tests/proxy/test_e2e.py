@@ -151,7 +151,12 @@ async def test_notes_session_read_write_violations_commit_and_rollback(
         await agent.ok("put_note", {"id": f"{n}-d", "body": "done"})
         committed = await agent.call("commit")
         assert not committed.is_error, harness.text(committed)
-        assert committed.structured_content == {"committed": True, "changes": 2, "violations": []}
+        assert committed.structured_content == {
+            "committed": True,
+            "changes": 2,
+            "applied_calls": 0,
+            "violations": [],
+        }
         rows = harness.notes_rows(db)
         assert rows[f"{n}-a"]["body"] == "hello" and rows[f"{n}-d"]["body"] == "done"
         assert f"{n}-b" not in rows
@@ -159,7 +164,12 @@ async def test_notes_session_read_write_violations_commit_and_rollback(
         await agent.ok("put_note", {"id": f"{n}-e", "body": "second thoughts"})
         await agent.ok("delete_note", {"id": f"{n}-a"})
         undone = await agent.call("rollback")
-        assert not undone.is_error and undone.structured_content == {"rolled_back": True, "changes": 2}
+        assert not undone.is_error and undone.structured_content == {
+            "rolled_back": True,
+            "changes": 2,
+            "undone_calls": [],
+            "not_undone_calls": [],
+        }
         rows = harness.notes_rows(db)
         assert f"{n}-e" not in rows and f"{n}-a" in rows
         assert (await agent.call("get_note", {"id": f"{n}-e"})).is_error
@@ -311,8 +321,9 @@ async def test_journaled_upstream_applies_holds_and_compensates(
         assert f"{n}-j" in harness.notes_rows(db), "a journaled upstream applies writes at once"
 
         held = await agent.refused("j_delete_note", {"id": "n2"})
-        assert held["verdict"] == "held"
-        assert rule_ids(held) == ["irreversible_unrehearsed"]
+        # Held before it is forwarded; this proxy has no reviewer, so refused at once (docs/approvals.md).
+        assert held["verdict"] == "refused" and rule_ids(held) == ["no_reviewer"]
+        assert "irreversible_unrehearsed" in held["violations"][0]["message"]
         assert "n2" in harness.notes_rows(db), "an irreversible call is held before it is forwarded"
 
         undone = await agent.call("rollback")
@@ -350,7 +361,13 @@ async def test_sessions_api_commits_refuses_and_rolls_back(http_proxy: Any, harn
 
         await agent.ok("zendesk_update_item", {"table": "tickets", "id": "1", "item": {"status": "solved"}})
         committed = (await http.post(f"/api/sessions/{session}/commit")).json()
-        assert committed == {"session": session, "committed": True, "changes": 1, "violations": []}
+        assert committed == {
+            "session": session,
+            "committed": True,
+            "changes": 1,
+            "applied_calls": 0,
+            "violations": [],
+        }
 
         await agent.ok(
             "cancel_order", {"order_id": "ORD-10000002", "cancellation_reason": "customer_request"}

@@ -141,9 +141,7 @@ def test_session_identity_in_both_eras_and_transports() -> None:
     assert session_identity(legacy, stdio) == ("abc123", None)
     assert session_identity(ctx(user="alice"), stdio) == ("principal:alice", "alice")
     assert session_identity(ctx(named, user="alice"), stdio) == ("s-1", "alice")
-    with pytest.raises(MCPError) as sessionless:
-        session_identity(ctx(), stdio)
-    assert sessionless.value.code == -32602 and "shadowguard/session" in sessionless.value.message
+    assert session_identity(ctx(), stdio) == (None, None), "the default applies (docs/adr/008)"
     for bad in ("", 7, "x" * 257):
         with pytest.raises(MCPError):
             session_identity(ctx({"shadowguard/session": bad}), stdio)

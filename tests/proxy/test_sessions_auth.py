@@ -296,7 +296,13 @@ def test_an_agent_sees_and_acts_on_its_own_sessions_only(guarded: Proxy) -> None
 
         committed = agent.post(f"/api/sessions/{own}/commit")
         assert committed.status_code == 200, committed.text
-        assert committed.json() == {"session": own, "committed": True, "changes": 1, "violations": []}
+        assert committed.json() == {
+            "session": own,
+            "committed": True,
+            "changes": 1,
+            "applied_calls": 0,
+            "violations": [],
+        }
     assert guarded.committed(mine) and not guarded.committed(theirs, "other")
     guarded.assert_pending(foreign, theirs, "agent-2", "other")
 
@@ -344,7 +350,13 @@ def test_an_orchestrator_sees_and_acts_on_every_session(guarded: Proxy) -> None:
         assert {one, two} <= listed(ops.get("/api/sessions"))
         assert ops.get(f"/api/sessions/{two}").json()["principal"] == "agent-2"
         committed = ops.post(f"/api/sessions/{one}/commit").json()
-        assert committed == {"session": one, "committed": True, "changes": 1, "violations": []}
+        assert committed == {
+            "session": one,
+            "committed": True,
+            "changes": 1,
+            "applied_calls": 0,
+            "violations": [],
+        }
         rolled = ops.post(f"/api/sessions/{two}/rollback").json()
         assert rolled["rolled_back"] is True and rolled["changes"] == 1
         assert_error(ops.get(f"/api/sessions/s-{uuid.uuid4().hex}"), 404, "not_found")

@@ -104,10 +104,12 @@ def test_commits_and_rollbacks_are_counted() -> None:
         )
     )
     record_rollback("idle_test")
+    record_rollback("idle_test", complete=False)
     assert sample("shadowguard_commits_total", result="committed") == committed + 1
     assert sample("shadowguard_commits_total", result="refused") == refused + 1
     assert sample("shadowguard_violations_total", rule="demo.named_at_commit") == 1
-    assert sample("shadowguard_rollbacks_total", reason="idle_test") == 1
+    assert sample("shadowguard_rollbacks_total", reason="idle_test", result="complete") == 1
+    assert sample("shadowguard_rollbacks_total", reason="idle_test", result="incomplete") == 1
 
 
 # -- traces -----------------------------------------------------------------------------------------------
