@@ -53,6 +53,7 @@ from proxy import telemetry
 from proxy.config import ConfigError, ProxyConfig
 from proxy.held import APPROVAL_META_KEY, HeldCalls
 from proxy.registry import SessionLimitError, SessionOwnerError, SessionRegistry
+from proxy.relay import Relay, RelayServer
 from proxy.sessions import SESSION_META_KEY, ProxySession, RollbackOutcome
 from proxy.stdio import stdio_streams
 from proxy.upstreams import ToolRoute, Upstream, UpstreamError, build_catalog, strip_reserved_meta
@@ -387,7 +388,7 @@ class GuardProxy:
         self._own_tools = self._proxy_tools()
         self.stdio_session = f"stdio:{uuid.uuid4().hex}"
         self._running = False
-        self.server: Server[Any] = Server(
+        self.server: Server[Any] = RelayServer(
             name,
             version=_version(),
             instructions=instructions,
@@ -395,6 +396,10 @@ class GuardProxy:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
         )
+        self.relay = Relay(self)
+        """Resources, prompts, completion, logging, notifications and the upstreams' requests to
+        the agent (proxy/relay.py); registered once the upstreams are connected."""
+        self.server.middleware.append(self.relay.middleware)
         self.server.middleware.append(
             RequestStateBoundary(RequestStateSecurity.ephemeral(), default_audience=name)
         )
@@ -450,7 +455,9 @@ class GuardProxy:
             async with anyio.create_task_group() as tg:
                 try:
                     await self._start_upstreams(tg)
-                    self.routes = build_catalog(self.upstreams, reserved=list(self._own_tools))
+                    self.rebuild_catalog()
+                    await self.relay.install()
+                    await tg.start(self.relay.run)
                     await tg.start(self.sessions.run_reaper)
                     self._running = True
                     yield self
@@ -485,6 +492,10 @@ class GuardProxy:
             raise errors[0]
         if errors:
             raise UpstreamError("; ".join(str(e) for e in errors)) from errors[0]
+
+    def rebuild_catalog(self) -> None:
+        """The agent-visible tools from the upstreams' current tool lists (UpstreamError on a clash)."""
+        self.routes = build_catalog(self.upstreams, reserved=list(self._own_tools))
 
     @property
     def is_running(self) -> bool:

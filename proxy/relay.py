@@ -1,0 +1,662 @@
+"""The MCP relay: everything between agent and upstreams that is not a guarded tool call.
+
+What is relayed (docs/proxy.md, "Relay", says it per era and transport):
+
+* **resources** (``resources/list``, ``resources/templates/list``, ``resources/read``) and
+  **prompts** (``prompts/list``, ``prompts/get``) and **completion** (``completion/complete``):
+  reads, answered by the upstream over its shared connection, no guard session involved.
+  Resources keep their URIs and are routed to the upstream that listed them (or whose resource
+  template the URI fits); prompts take the upstream's tool ``prefix``. Two upstreams serving one
+  prompt name or resource URI stop the proxy at startup (:meth:`Relay.install`).
+* **subscriptions**: ``resources/subscribe`` (handshake era) and ``subscriptions/listen``
+  (2026-07-28) reach upstreams that offer subscriptions; ``notifications/resources/updated`` and
+  the ``list_changed`` notifications come back to the agents (on their standalone stream, or as
+  listen events). An upstream's ``tools/list_changed`` first refreshes the proxy's tool catalog.
+* **logging**: ``logging/setLevel`` goes to every upstream that logs; an upstream's
+  ``notifications/message`` goes to the agent whose request is in flight on that connection
+  (request-scoped: the 2026-07-28 per-request opt-in applies), else to the handshake-era agents
+  that set a level (at or above it). The logger is named after the upstream.
+* **progress**: an agent's progress token is honoured for guarded tool calls and relayed reads.
+* **the upstream's requests to the client** (sampling, elicitation, roots, in either upstream
+  era: a request, or an input request of a 2026-07-28 round) are sent to the agent whose request
+  is in flight on that connection, and its answer goes back. Refused with a clear JSON-RPC error
+  (never answered on the agent's behalf): outside an agent's request, to an agent on the
+  2026-07-28 era (which forbids server-to-client requests), to an agent that did not declare the
+  capability.
+* **task-augmented tools** (``execution.taskSupport: "required"``) are listed, and refused when
+  called: the proxy does not relay MCP tasks.
+
+Nothing here lets a tool call past the guard: ``tools/call`` stays :class:`proxy.server.GuardProxy`'s.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import anyio
+import anyio.abc
+import mcp.types as types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp import MCPError
+from mcp.server import NotificationOptions, Server, ServerRequestContext
+from mcp.server.connection import Connection, allowed_log_levels
+from mcp.server.context import CallNext, HandlerResult
+from mcp.server.models import InitializationOptions
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ServerEvent,
+    ToolsListChanged,
+)
+from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.message import ServerMessageMetadata
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel
+
+from proxy.upstreams import Upstream, UpstreamConnection, UpstreamError, strip_reserved_meta
+
+if TYPE_CHECKING:
+    from proxy.server import GuardProxy
+
+logger = logging.getLogger(__name__)
+
+Ctx = ServerRequestContext[Any, Any]
+LOG_LEVELS: tuple[types.LoggingLevel, ...] = (
+    "debug", "info", "notice", "warning", "error", "critical", "alert", "emergency",
+)  # fmt: skip
+LOG_LEVEL_META_KEY = "io.modelcontextprotocol/logLevel"
+EXECUTION_META_KEY = "shadowguard/execution"
+"""Where a 2026-07-28 agent finds a tool's ``execution`` (that era's wire has no such field)."""
+_EVENT_BUFFER = 1024
+
+_R = TypeVar("_R", bound=BaseModel)
+_agent_request: ContextVar[Ctx | None] = ContextVar("shadowguard_agent_request", default=None)
+
+
+def _connection(ctx: Ctx) -> Connection:
+    """The agent's connection behind a request (its standalone channel outlives the request).
+
+    The SDK reaches it only through the request's session object (``ServerSession._connection``).
+    """
+    connection: Connection = ctx.session._connection
+    return connection
+
+
+def _modern(ctx: Ctx) -> bool:
+    return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+
+def _refusal(message: str) -> types.ErrorData:
+    return types.ErrorData(code=types.INVALID_REQUEST, message=message)
+
+
+def _template_pattern(template: str) -> re.Pattern[str]:
+    """A URI template (RFC 6570, the expressions resource templates use) as a whole-URI pattern."""
+    parts: list[str] = []
+    for piece in re.split(r"(\{[^}]*\})", template):
+        if piece.startswith("{") and piece.endswith("}"):
+            parts.append(".*" if piece[1:2] in ("+", "#") else "[^/?#]*")
+        else:
+            parts.append(re.escape(piece))
+    return re.compile("".join(parts))
+
+
+class RelayServer(Server[Any]):
+    """The SDK's low-level server, whose handshake-era capabilities say which ``list_changed``
+    notifications the relay sends (:attr:`notification_options`, set by :meth:`Relay.install`)."""
+
+    notification_options: NotificationOptions | None = None
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or self.notification_options, experimental_capabilities, extensions
+        )
+
+
+class Relay:
+    """The relay of one :class:`~proxy.server.GuardProxy` (see the module docstring).
+
+    It is every upstream's :class:`~proxy.upstreams.ConnectionPeer` (set on construction), a server
+    middleware (:meth:`middleware`: it marks the agent request each upstream request is made for),
+    and, once :meth:`install` ran, the handler of the relayed methods. :meth:`run` delivers the
+    upstreams' notifications; it runs in the proxy's task group while the proxy serves.
+    """
+
+    def __init__(self, proxy: GuardProxy) -> None:
+        self.proxy = proxy
+        for upstream in proxy.upstreams:
+            upstream.peer = self
+        self.bus = InMemorySubscriptionBus()
+        self._listen = ListenHandler(self.bus)
+        self._in_flight: dict[UpstreamConnection, list[Ctx]] = {}
+        self._agents: weakref.WeakSet[Connection] = weakref.WeakSet()
+        self._log_levels: weakref.WeakKeyDictionary[Connection, types.LoggingLevel] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._subscribers: dict[str, weakref.WeakSet[Connection]] = {}
+        self._subscribed: set[str] = set()
+        self._resources: dict[str, Upstream] = {}
+        self._templates: dict[str, Upstream] = {}
+        self._patterns: dict[str, re.Pattern[str]] = {}
+        self._prompts: dict[str, Upstream] = {}
+        self._prompt_names: dict[str, str] = {}
+        events: tuple[
+            MemoryObjectSendStream[tuple[Upstream, Any]], MemoryObjectReceiveStream[tuple[Upstream, Any]]
+        ]
+        events = anyio.create_memory_object_stream[tuple[Upstream, Any]](_EVENT_BUFFER)
+        self._send_event, self._events = events
+
+    # -- which upstreams offer what
+    def _offering(self, what: str) -> list[Upstream]:
+        return [u for u in self.proxy.upstreams if getattr(u.capabilities, what, None) is not None]
+
+    # -- setup ------------------------------------------------------------------------------------
+    async def install(self) -> None:
+        """Register the relayed methods the upstreams offer, and check names and URIs do not clash.
+
+        Runs once the upstreams are connected. Raises :class:`~proxy.upstreams.UpstreamError`
+        naming both upstreams when two serve one prompt name, resource URI or resource template.
+        """
+        server = self.proxy.server
+        resources, prompts = self._offering("resources"), self._offering("prompts")
+        if resources:
+            await self._list_resources_of(resources, strict=True)
+            await self._list_templates_of(resources, strict=True)
+            server.add_request_handler(
+                "resources/list", types.PaginatedRequestParams, self._on_list_resources
+            )
+            server.add_request_handler(
+                "resources/templates/list", types.PaginatedRequestParams, self._on_list_templates
+            )
+            server.add_request_handler(
+                "resources/read", types.ReadResourceRequestParams, self._on_read_resource
+            )
+            if any(self._subscribable(u) for u in resources):
+                server.add_request_handler(
+                    "resources/subscribe", types.SubscribeRequestParams, self._on_subscribe
+                )
+                server.add_request_handler(
+                    "resources/unsubscribe", types.UnsubscribeRequestParams, self._on_unsubscribe
+                )
+        if prompts:
+            await self._list_prompts_of(prompts, strict=True)
+            server.add_request_handler("prompts/list", types.PaginatedRequestParams, self._on_list_prompts)
+            server.add_request_handler("prompts/get", types.GetPromptRequestParams, self._on_get_prompt)
+        if self._offering("completions"):
+            server.add_request_handler("completion/complete", types.CompleteRequestParams, self._on_complete)
+        if self._offering("logging"):
+            server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._on_set_level)
+        server.add_request_handler(
+            "subscriptions/listen", types.SubscriptionsListenRequestParams, self._on_listen
+        )
+        server.add_notification_handler(
+            "notifications/roots/list_changed", types.NotificationParams, self._on_roots_changed
+        )
+        if isinstance(server, RelayServer):
+            server.notification_options = NotificationOptions(
+                prompts_changed=bool(prompts), resources_changed=bool(resources), tools_changed=True
+            )
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Deliver the upstreams' notifications (queued since they connected) until cancelled."""
+        task_status.started()
+        async with self._events:
+            async for upstream, message in self._events:
+                try:
+                    await self._deliver(upstream, message)
+                except (MCPError, UpstreamError) as exc:
+                    logger.warning(
+                        "upstream %r: relaying %s failed: %s", upstream.name, type(message).__name__, exc
+                    )
+
+    # -- the middleware -----------------------------------------------------------------------------
+    async def middleware(self, ctx: Ctx, call_next: CallNext) -> HandlerResult:
+        """Marks the agent request for the upstream requests made while it is handled; remembers
+        handshake-era agent connections (for notifications); refuses task-augmented tools; adds
+        ``execution`` to a 2026-07-28 tool list's ``_meta``."""
+        if ctx.request_id is None:
+            return await call_next(ctx)
+        if not _modern(ctx):
+            self._agents.add(_connection(ctx))
+        if ctx.method == "tools/call":
+            refused = self._refuse_task_tool(ctx)
+            if refused is not None:
+                return refused
+        token = _agent_request.set(ctx)
+        try:
+            result = await call_next(ctx)
+        finally:
+            _agent_request.reset(token)
+        if ctx.method == "tools/list" and _modern(ctx) and isinstance(result, types.ListToolsResult):
+            return result.model_copy(update={"tools": [self._execution_in_meta(t) for t in result.tools]})
+        return result
+
+    def _refuse_task_tool(self, ctx: Ctx) -> types.CallToolResult | None:
+        name = (ctx.params or {}).get("name")
+        route = self.proxy.routes.get(name) if isinstance(name, str) else None
+        execution = route.tool.execution if route is not None else None
+        if execution is None or execution.task_support != "required":
+            return None
+        message = (
+            f"Refused by the guard: {name} did not run and nothing changed. It runs only as an MCP task "
+            "(execution.taskSupport: required), and the proxy does not relay tasks: a task's result "
+            "would reach the agent outside the guard's transaction."
+        )
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=message)],
+            structured_content={
+                "verdict": "refused",
+                "tool": name,
+                "violations": [{"rule_id": "task_tool", "message": message, "hint": "Use another tool."}],
+            },
+            is_error=True,
+        )
+
+    @staticmethod
+    def _execution_in_meta(tool: types.Tool) -> types.Tool:
+        if tool.execution is None:
+            return tool
+        meta = dict(tool.meta or {})
+        meta[EXECUTION_META_KEY] = tool.execution.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return tool.model_copy(update={"meta": meta})
+
+    # -- ConnectionPeer -----------------------------------------------------------------------------
+    def client_options(self, connection: UpstreamConnection) -> dict[str, Any]:
+        """The upstream client's callbacks for ``connection`` (they declare sampling, elicitation
+        and roots to the upstream)."""
+        upstream = self._upstream(connection.upstream)
+
+        async def sampling(
+            context: Any, params: types.CreateMessageRequestParams
+        ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData:
+            request = types.CreateMessageRequest(params=self._clean(params))
+            result: type[types.CreateMessageResult] | type[types.CreateMessageResultWithTools]
+            result = types.CreateMessageResultWithTools if params.tools else types.CreateMessageResult
+            return await self._ask_agent(connection, "sampling", request, result)
+
+        async def elicitation(
+            context: Any, params: types.ElicitRequestParams
+        ) -> types.ElicitResult | types.ErrorData:
+            request = types.ElicitRequest(params=self._clean(params))
+            return await self._ask_agent(connection, "elicitation", request, types.ElicitResult)
+
+        async def roots(context: Any) -> types.ListRootsResult | types.ErrorData:
+            return await self._ask_agent(connection, "roots", types.ListRootsRequest(), types.ListRootsResult)
+
+        async def log(params: types.LoggingMessageNotificationParams) -> None:
+            await self._relay_log(connection, params)
+
+        async def message(message: Any) -> None:
+            if isinstance(message, Exception):
+                logger.warning("upstream %r: %s", connection.upstream, message)
+                return
+            try:
+                self._send_event.send_nowait((upstream, message))
+            except anyio.WouldBlock:
+                logger.warning(
+                    "upstream %r: notification %s dropped (queue full)", upstream.name, message.method
+                )
+
+        return {
+            "sampling_callback": sampling,
+            "elicitation_callback": elicitation,
+            "list_roots_callback": roots,
+            "logging_callback": log,
+            "message_handler": message,
+        }
+
+    @asynccontextmanager
+    async def forwarding(
+        self, connection: UpstreamConnection
+    ) -> AsyncIterator[tuple[ProgressFnT | None, dict[str, Any]]]:
+        """While ``connection`` serves the current agent request: its progress callback and the
+        log-level opt-in for a 2026-07-28 upstream; the upstream's requests go to that agent."""
+        ctx = _agent_request.get()
+        if ctx is None:
+            yield None, {}
+            return
+        waiting = self._in_flight.setdefault(connection, [])
+        waiting.append(ctx)
+        try:
+            yield self._progress(ctx), self._log_opt_in(ctx, connection)
+        finally:
+            waiting.remove(ctx)
+            if not waiting:
+                del self._in_flight[connection]
+
+    @staticmethod
+    def _progress(ctx: Ctx) -> ProgressFnT | None:
+        meta: Mapping[str, Any] = ctx.meta or {}
+        if meta.get("progress_token") is None and meta.get("progressToken") is None:
+            return None
+
+        async def relay_progress(progress: float, total: float | None, message: str | None) -> None:
+            await ctx.session.report_progress(progress, total, message)
+
+        return relay_progress
+
+    def _log_opt_in(self, ctx: Ctx, connection: UpstreamConnection) -> dict[str, Any]:
+        if connection.alive and connection.client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return {}
+        level = (
+            (ctx.meta or {}).get(LOG_LEVEL_META_KEY)
+            if _modern(ctx)
+            else self._log_levels.get(_connection(ctx))
+        )
+        return {LOG_LEVEL_META_KEY: level} if level in LOG_LEVELS else {}
+
+    # -- the upstream's requests to the client ------------------------------------------------------
+    @staticmethod
+    def _clean(params: Any) -> Any:
+        meta = strip_reserved_meta(params.meta) if params.meta else None
+        return params.model_copy(update={"meta": meta or None})
+
+    def _agent_for(self, connection: UpstreamConnection) -> Ctx | None:
+        waiting = self._in_flight.get(connection)
+        return waiting[-1] if waiting else None
+
+    async def _ask_agent(
+        self, connection: UpstreamConnection, capability: str, request: Any, result_type: type[_R]
+    ) -> _R | types.ErrorData:
+        """Relay an upstream's request to the agent it is for, or refuse it (a JSON-RPC error)."""
+        ctx = self._agent_for(connection)
+        what = f"upstream {connection.upstream!r} asked for {request.method}"
+        if ctx is None:
+            return _refusal(
+                f"{what} outside any agent request: the proxy relays it only while an agent's request "
+                "to this upstream is in flight"
+            )
+        if _modern(ctx):
+            return _refusal(
+                f"{what}, but the agent speaks the 2026-07-28 protocol era, which has no server-to-client "
+                "requests; the proxy does not relay it (docs/proxy.md, 'Relay')"
+            )
+        declared = ctx.session.client_capabilities
+        if declared is None or getattr(declared, capability, None) is None:
+            return _refusal(f"{what}, but the agent's client did not declare the {capability} capability")
+        try:
+            return await ctx.session.send_request(
+                request, result_type, metadata=ServerMessageMetadata(related_request_id=ctx.request_id)
+            )
+        except MCPError as exc:
+            return exc.error
+
+    async def _relay_log(
+        self, connection: UpstreamConnection, params: types.LoggingMessageNotificationParams
+    ) -> None:
+        name = connection.upstream if not params.logger else f"{connection.upstream}/{params.logger}"
+        relayed = types.LoggingMessageNotificationParams(level=params.level, data=params.data, logger=name)
+        ctx = self._agent_for(connection)
+        if ctx is not None:
+            if params.level in allowed_log_levels(ctx.protocol_version, ctx.meta):
+                await ctx.session.send_notification(
+                    types.LoggingMessageNotification(params=relayed), related_request_id=ctx.request_id
+                )
+            return
+        wire = relayed.model_dump(by_alias=True, mode="json", exclude_none=True)
+        for agent, level in list(self._log_levels.items()):
+            if LOG_LEVELS.index(params.level) >= LOG_LEVELS.index(level):
+                await agent.notify("notifications/message", wire)
+
+    # -- notifications from upstreams -----------------------------------------------------------------
+    async def _deliver(self, upstream: Upstream, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            if await self._refresh_tools(upstream):
+                await self._broadcast("notifications/tools/list_changed", None, ToolsListChanged())
+        elif isinstance(message, types.PromptListChangedNotification):
+            await self._broadcast("notifications/prompts/list_changed", None, PromptsListChanged())
+        elif isinstance(message, types.ResourceListChangedNotification):
+            await self._broadcast("notifications/resources/list_changed", None, ResourcesListChanged())
+        elif isinstance(message, types.ResourceUpdatedNotification):
+            uri = message.params.uri
+            for agent in list(self._subscribers.get(uri, ())):
+                await agent.notify("notifications/resources/updated", {"uri": uri})
+            await self.bus.publish(ResourceUpdated(uri=uri))
+
+    async def _broadcast(self, method: str, params: dict[str, Any] | None, event: ServerEvent) -> None:
+        for agent in list(self._agents):
+            await agent.notify(method, params)
+        await self.bus.publish(event)
+
+    async def _refresh_tools(self, upstream: Upstream) -> bool:
+        """Relist ``upstream``'s tools and rebuild the catalog; False (logged) if that failed."""
+        if not self.proxy.is_running:
+            return False
+        try:
+            connection = await upstream.shared_connection()
+            upstream.set_tools(await connection.list_tools())
+            self.proxy.rebuild_catalog()
+        except (MCPError, UpstreamError) as exc:
+            logger.error("upstream %r: its tool list changed but cannot be reloaded: %s", upstream.name, exc)
+            return False
+        return True
+
+    # -- resources ------------------------------------------------------------------------------------
+    def _upstream(self, name: str) -> Upstream:
+        return next(u for u in self.proxy.upstreams if u.name == name)
+
+    @staticmethod
+    def _subscribable(upstream: Upstream) -> bool:
+        offered = upstream.capabilities.resources if upstream.capabilities is not None else None
+        return bool(offered and offered.subscribe)
+
+    async def _pages(
+        self, upstream: Upstream, fetch: Callable[[Any, str | None], Awaitable[Any]], field: str
+    ) -> list[Any]:
+        connection = await upstream.shared_connection()
+        items: list[Any] = []
+        cursor: str | None = None
+        async with connection.forwarding():
+            while True:
+                try:
+                    page = await fetch(connection.client, cursor)
+                except MCPError as exc:
+                    connection.note(exc)
+                    raise
+                items += getattr(page, field)
+                cursor = page.next_cursor
+                if not cursor:
+                    return items
+
+    @staticmethod
+    def _claim(owners: dict[str, Upstream], key: str, upstream: Upstream, what: str, strict: bool) -> bool:
+        """Record ``upstream`` as the one serving ``key``; False (and a warning) if another does.
+
+        ``strict`` (at startup): a clash is an :class:`UpstreamError` naming both and the fix.
+        """
+        owner = owners.setdefault(key, upstream)
+        if owner is upstream:
+            return True
+        message = f"{what} {key!r} is served by upstreams {owner.name!r} and {upstream.name!r}"
+        if strict:
+            raise UpstreamError(f"{message}: give one of them a prefix, or leave one out of the config")
+        logger.warning("%s: only %r's is relayed", message, owner.name)
+        return False
+
+    async def _list_resources_of(
+        self, upstreams: list[Upstream], *, strict: bool = False
+    ) -> list[types.Resource]:
+        listed: list[types.Resource] = []
+        for upstream in upstreams:
+            pages = await self._pages(upstream, lambda c, cur: c.list_resources(cursor=cur), "resources")
+            listed += [r for r in pages if self._claim(self._resources, r.uri, upstream, "resource", strict)]
+        return listed
+
+    async def _list_templates_of(
+        self, upstreams: list[Upstream], *, strict: bool = False
+    ) -> list[types.ResourceTemplate]:
+        listed: list[types.ResourceTemplate] = []
+        for upstream in upstreams:
+            pages = await self._pages(
+                upstream, lambda c, cur: c.list_resource_templates(cursor=cur), "resource_templates"
+            )
+            for template in pages:
+                if self._claim(self._templates, template.uri_template, upstream, "resource template", strict):
+                    self._patterns.setdefault(template.uri_template, _template_pattern(template.uri_template))
+                    listed.append(template)
+        return listed
+
+    def _owner_of(self, uri: str) -> Upstream:
+        owner = self._resources.get(uri)
+        if owner is not None:
+            return owner
+        for template, upstream in self._templates.items():
+            if self._patterns[template].fullmatch(uri):
+                return upstream
+        raise MCPError(
+            code=types.INVALID_PARAMS,
+            message=f"Unknown resource: {uri} (no upstream listed it or a resource template it fits)",
+        )
+
+    async def _on_list_resources(
+        self, ctx: Ctx, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=await self._list_resources_of(self._offering("resources")))
+
+    async def _on_list_templates(
+        self, ctx: Ctx, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        templates = await self._list_templates_of(self._offering("resources"))
+        return types.ListResourceTemplatesResult(resource_templates=templates)
+
+    async def _on_read_resource(
+        self, ctx: Ctx, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        upstream = self._owner_of(params.uri)
+        connection = await upstream.shared_connection()
+        async with connection.forwarding() as (_, extra):
+            try:
+                result = await connection.client.read_resource(params.uri, meta=self._meta(ctx, extra))
+            except MCPError as exc:
+                connection.note(exc)
+                raise
+        return result.model_copy(update={"meta": strip_reserved_meta(result.meta) or None})
+
+    async def _on_subscribe(self, ctx: Ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
+        await self._subscribe_upstream(params.uri)
+        self._subscribers.setdefault(params.uri, weakref.WeakSet()).add(_connection(ctx))
+        return types.EmptyResult()
+
+    async def _on_unsubscribe(self, ctx: Ctx, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+        self._subscribers.get(params.uri, weakref.WeakSet()).discard(_connection(ctx))
+        return types.EmptyResult()
+
+    async def _subscribe_upstream(self, uri: str) -> None:
+        """Subscribe the owning upstream to ``uri`` once (its updates are fanned out to agents)."""
+        upstream = self._owner_of(uri)
+        if uri in self._subscribed:
+            return
+        connection = await upstream.shared_connection()
+        if not self._subscribable(upstream) or connection.client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            raise MCPError(
+                code=types.INVALID_PARAMS,
+                message=f"upstream {upstream.name!r} offers no resources/subscribe for {uri} "
+                "(the proxy subscribes handshake-era upstreams only; docs/proxy.md, 'Relay')",
+            )
+        request = types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri))
+        await connection.session.send_request(request, types.EmptyResult)
+        self._subscribed.add(uri)
+
+    async def _on_listen(
+        self, ctx: Ctx, params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        for uri in params.notifications.resource_subscriptions or ():
+            await self._subscribe_upstream(uri)
+        return await self._listen(ctx, params)
+
+    # -- prompts and completion -------------------------------------------------------------------
+    async def _list_prompts_of(
+        self, upstreams: list[Upstream], *, strict: bool = False
+    ) -> list[types.Prompt]:
+        listed: list[types.Prompt] = []
+        for upstream in upstreams:
+            for prompt in await self._pages(upstream, lambda c, cur: c.list_prompts(cursor=cur), "prompts"):
+                exposed = upstream.prefix + prompt.name
+                if self._claim(self._prompts, exposed, upstream, "prompt", strict):
+                    self._prompt_names[exposed] = prompt.name
+                    listed.append(
+                        prompt if exposed == prompt.name else prompt.model_copy(update={"name": exposed})
+                    )
+        return listed
+
+    def _prompt(self, exposed: str) -> tuple[Upstream, str]:
+        upstream = self._prompts.get(exposed)
+        if upstream is None:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {exposed}")
+        return upstream, self._prompt_names[exposed]
+
+    async def _on_list_prompts(
+        self, ctx: Ctx, params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=await self._list_prompts_of(self._offering("prompts")))
+
+    async def _on_get_prompt(self, ctx: Ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        upstream, name = self._prompt(params.name)
+        connection = await upstream.shared_connection()
+        async with connection.forwarding() as (_, extra):
+            try:
+                result = await connection.client.get_prompt(
+                    name, params.arguments, meta=self._meta(ctx, extra)
+                )
+            except MCPError as exc:
+                connection.note(exc)
+                raise
+        return result.model_copy(update={"meta": strip_reserved_meta(result.meta) or None})
+
+    async def _on_complete(self, ctx: Ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
+        ref = params.ref
+        if isinstance(ref, types.PromptReference):
+            upstream, name = self._prompt(ref.name)
+            ref = ref.model_copy(update={"name": name})
+        else:
+            template_owner = self._templates.get(ref.uri)
+            upstream = template_owner if template_owner is not None else self._owner_of(ref.uri)
+        connection = await upstream.shared_connection()
+        context = params.context.arguments if params.context is not None else None
+        async with connection.forwarding():
+            try:
+                return await connection.client.complete(
+                    ref, {"name": params.argument.name, "value": params.argument.value}, context
+                )
+            except MCPError as exc:
+                connection.note(exc)
+                raise
+
+    # -- logging and roots ------------------------------------------------------------------------
+    async def _on_set_level(self, ctx: Ctx, params: types.SetLevelRequestParams) -> types.EmptyResult:
+        self._log_levels[_connection(ctx)] = params.level
+        for upstream in self._offering("logging"):
+            connection = await upstream.shared_connection()
+            if connection.client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                continue
+            request = types.SetLevelRequest(params=types.SetLevelRequestParams(level=params.level))
+            await connection.session.send_request(request, types.EmptyResult)
+        return types.EmptyResult()
+
+    async def _on_roots_changed(self, ctx: Ctx, params: types.NotificationParams) -> None:
+        for upstream in self.proxy.upstreams:
+            connection = await upstream.shared_connection()
+            if connection.client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+                await connection.session.send_notification(types.RootsListChangedNotification())
+
+    @staticmethod
+    def _meta(ctx: Ctx, extra: Mapping[str, Any]) -> types.RequestParamsMeta | None:
+        meta = {**strip_reserved_meta(ctx.meta), **extra}
+        return cast("types.RequestParamsMeta", meta) if meta else None
+
+
+__all__ = ["EXECUTION_META_KEY", "Relay", "RelayServer"]
