@@ -241,8 +241,8 @@ class Relay:
             result = await call_next(ctx)
         finally:
             _agent_request.reset(token)
-        if ctx.method == "tools/list" and _modern(ctx) and isinstance(result, types.ListToolsResult):
-            return result.model_copy(update={"tools": [self._execution_in_meta(t) for t in result.tools]})
+        if ctx.method == "tools/list" and _modern(ctx) and isinstance(result, dict):
+            self._execution_in_meta(result)
         return result
 
     def _refuse_task_tool(self, ctx: Ctx) -> types.CallToolResult | None:
@@ -266,13 +266,14 @@ class Relay:
             is_error=True,
         )
 
-    @staticmethod
-    def _execution_in_meta(tool: types.Tool) -> types.Tool:
-        if tool.execution is None:
-            return tool
-        meta = dict(tool.meta or {})
-        meta[EXECUTION_META_KEY] = tool.execution.model_dump(by_alias=True, mode="json", exclude_none=True)
-        return tool.model_copy(update={"meta": meta})
+    def _execution_in_meta(self, listed: dict[str, Any]) -> None:
+        """Put each listed tool's ``execution`` (no field of the 2026-07-28 wire) in its ``_meta``."""
+        for tool in listed.get("tools") or ():
+            route = self.proxy.routes.get(tool.get("name"))
+            execution = route.tool.execution if route is not None else None
+            if execution is not None:
+                meta = tool.setdefault("_meta", {})
+                meta[EXECUTION_META_KEY] = execution.model_dump(by_alias=True, mode="json", exclude_none=True)
 
     # -- ConnectionPeer -----------------------------------------------------------------------------
     def client_options(self, connection: UpstreamConnection) -> dict[str, Any]:
