@@ -383,3 +383,29 @@ def test_the_typescript_sdk_lists_and_calls_tools(
     assert out["echo"]["content"][0]["text"] == "Echo: hello from TypeScript"
     assert out["echo"]["_meta"]["shadowguard/outcome"]["verdict"] == "allowed"
     assert out["resources"] == 7 and out["prompts"] == 4
+
+
+def test_two_upstreams_serving_one_resource_uri_stop_the_proxy(
+    module_tmp: Path, harness: Any, everything_server: Path
+) -> None:
+    upstreams = [
+        {
+            "name": name,
+            "transport": "stdio",
+            "command": str(everything_server),
+            "args": ["stdio"],
+            "prefix": prefix,
+        }
+        for name, prefix in (("one", "one_"), ("two", "two_"))
+    ]
+    config = harness.write_config(module_tmp / "clash.yaml", upstreams, http={"host": "127.0.0.1", "port": 0})
+    done = subprocess.run(
+        [harness.shadowguard, "serve", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "is served by upstreams 'one' and 'two'" in done.stderr
+    assert "demo://resource/" in done.stderr
