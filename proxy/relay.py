@@ -62,6 +62,7 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
+from proxy.rounds import Rounds
 from proxy.upstreams import Upstream, UpstreamConnection, UpstreamError, strip_reserved_meta
 
 if TYPE_CHECKING:
@@ -140,6 +141,8 @@ class Relay:
         self.proxy = proxy
         for upstream in proxy.upstreams:
             upstream.peer = self
+        self.rounds = Rounds()
+        """A 2026-07-28 agent's guarded calls, parked while the upstream waits for its input."""
         self.bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self.bus)
         self._in_flight: dict[UpstreamConnection, list[Ctx]] = {}
@@ -212,8 +215,17 @@ class Relay:
             )
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Deliver the upstreams' notifications (queued since they connected) until cancelled."""
-        task_status.started()
+        """Deliver the upstreams' notifications (queued since they connected) and host the parked
+        calls (:class:`proxy.rounds.Rounds`) until cancelled."""
+        async with anyio.create_task_group() as task_group:
+            await task_group.start(self.rounds.run)
+            task_status.started()
+            try:
+                await self._deliver_events()
+            finally:
+                task_group.cancel_scope.cancel()
+
+    async def _deliver_events(self) -> None:
         async with self._events:
             async for upstream, message in self._events:
                 try:
@@ -236,8 +248,12 @@ class Relay:
             refused = self._refuse_task_tool(ctx)
             if refused is not None:
                 return refused
+            if _modern(ctx) and self.rounds.is_resume(ctx.params):
+                return await self.rounds.resume(ctx.params or {})
         token = _agent_request.set(ctx)
         try:
+            if ctx.method == "tools/call" and _modern(ctx):
+                return await self.rounds.start(ctx, lambda: call_next(ctx))
             result = await call_next(ctx)
         finally:
             _agent_request.reset(token)
@@ -346,7 +362,12 @@ class Relay:
             return None
 
         async def relay_progress(progress: float, total: float | None, message: str | None) -> None:
-            await ctx.session.report_progress(progress, total, message)
+            try:
+                await ctx.session.report_progress(progress, total, message)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                logger.debug(
+                    "progress of a request the agent has been answered for (an input round): not sent"
+                )
 
         return relay_progress
 
@@ -381,14 +402,20 @@ class Relay:
                 f"{what} outside any agent request: the proxy relays it only while an agent's request "
                 "to this upstream is in flight"
             )
-        if _modern(ctx):
-            return _refusal(
-                f"{what}, but the agent speaks the 2026-07-28 protocol era, which has no server-to-client "
-                "requests; the proxy does not relay it (docs/proxy.md, 'Relay')"
-            )
         declared = ctx.session.client_capabilities
         if declared is None or getattr(declared, capability, None) is None:
             return _refusal(f"{what}, but the agent's client did not declare the {capability} capability")
+        if _modern(ctx):
+            answer = await self.rounds.ask(ctx, request)
+            if answer is None:
+                return _refusal(
+                    f"{what} during a {ctx.method} of an agent on the 2026-07-28 protocol era, which has no "
+                    "server-to-client requests; the proxy relays them as input rounds of tools/call only "
+                    "(docs/proxy.md, 'Relay')"
+                )
+            if isinstance(answer, types.ErrorData):
+                return answer
+            return result_type.model_validate(answer, by_name=False)
         try:
             return await ctx.session.send_request(
                 request, result_type, metadata=ServerMessageMetadata(related_request_id=ctx.request_id)
