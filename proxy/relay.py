@@ -62,7 +62,7 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
-from proxy.rounds import Rounds
+from proxy.rounds import ROUND_TIMEOUT_S, Rounds
 from proxy.upstreams import Upstream, UpstreamConnection, UpstreamError, strip_reserved_meta
 
 if TYPE_CHECKING:
@@ -141,6 +141,9 @@ class Relay:
         self.proxy = proxy
         for upstream in proxy.upstreams:
             upstream.peer = self
+        self.sole_agent = False
+        """Set by a stdio proxy: its one agent also answers the upstreams' requests made outside its
+        requests (e.g. ``roots/list`` after ``notifications/roots/list_changed``)."""
         self.rounds = Rounds()
         """A 2026-07-28 agent's guarded calls, parked while the upstream waits for its input."""
         self.bus = InMemorySubscriptionBus()
@@ -398,9 +401,12 @@ class Relay:
         ctx = self._agent_for(connection)
         what = f"upstream {connection.upstream!r} asked for {request.method}"
         if ctx is None:
+            sole = next(iter(self._agents), None) if self.sole_agent and len(self._agents) == 1 else None
+            if sole is not None:
+                return await self._ask_sole_agent(sole, capability, request, result_type, what)
             return _refusal(
-                f"{what} outside any agent request: the proxy relays it only while an agent's request "
-                "to this upstream is in flight"
+                f"{what} outside any agent request: the proxy serves several agents and relays it only "
+                "while an agent's request to this upstream is in flight"
             )
         declared = ctx.session.client_capabilities
         if declared is None or getattr(declared, capability, None) is None:
@@ -419,6 +425,21 @@ class Relay:
         try:
             return await ctx.session.send_request(
                 request, result_type, metadata=ServerMessageMetadata(related_request_id=ctx.request_id)
+            )
+        except MCPError as exc:
+            return exc.error
+
+    @staticmethod
+    async def _ask_sole_agent(
+        agent: Connection, capability: str, request: Any, result_type: type[_R], what: str
+    ) -> _R | types.ErrorData:
+        """The stdio agent (the only one there is) answers on its connection's own stream."""
+        declared = agent.client_capabilities
+        if declared is None or getattr(declared, capability, None) is None:
+            return _refusal(f"{what}, but the agent's client did not declare the {capability} capability")
+        try:
+            return await agent.send_request(
+                request, result_type=result_type, opts={"timeout": ROUND_TIMEOUT_S}
             )
         except MCPError as exc:
             return exc.error

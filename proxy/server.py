@@ -518,6 +518,7 @@ class GuardProxy:
 
     async def serve_stdio(self) -> None:
         """Serve one agent on stdin/stdout (either era) until stdin closes; its session ends with it."""
+        self.relay.sole_agent = True
         try:
             async with stdio_streams() as (read_stream, write_stream):
                 await self.server.run(read_stream, write_stream, self.server.create_initialization_options())

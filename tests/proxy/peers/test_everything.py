@@ -298,6 +298,29 @@ async def test_sampling_elicitation_and_roots_round_trip_to_the_agent(
     assert {"elicitation", "sampling"} <= set(seen.asked) <= {"elicitation", "roots", "sampling"}
 
 
+async def test_the_stdio_agent_answers_requests_made_outside_its_calls(harness: Any, config: Path) -> None:
+    """The upstream asks for roots when told they changed: a stdio proxy's one agent is asked."""
+    seen = Seen()
+    async with client(stdio_proxy(harness, config), "legacy", seen) as agent:
+        await agent.session.send_request(
+            types.SetLevelRequest(params=types.SetLevelRequestParams(level="info")), types.EmptyResult
+        )
+        await agent.session.send_notification(types.RootsListChangedNotification())
+        with anyio.fail_after(20):
+            while "roots" not in seen.asked or not any("Roots updated" in str(log.data) for log in seen.logs):
+                await anyio.sleep(0.1)
+
+
+async def test_an_http_agent_is_not_asked_outside_its_calls(proxy_url: str) -> None:
+    """Several agents share the upstream: a request outside an agent's call goes to none of them."""
+    seen = Seen()
+    async with client(proxy_url, "legacy", seen) as agent:
+        await agent.session.send_notification(types.RootsListChangedNotification())
+        result = await agent.call_tool("echo", {"message": "still serving"})
+    assert text(result) == "Echo: still serving"
+    assert "roots" not in seen.asked
+
+
 async def test_an_upstream_request_for_an_undeclared_capability_is_refused(proxy_url: str) -> None:
     async with Client(proxy_url, mode="legacy", cache=None, read_timeout_seconds=60) as agent:
         result = await agent.call_tool("trigger-sampling-request", {"prompt": "hi", "maxTokens": 5})
