@@ -316,9 +316,10 @@ async def test_an_http_agent_is_not_asked_outside_its_calls(proxy_url: str) -> N
     seen = Seen()
     async with client(proxy_url, "legacy", seen) as agent:
         await agent.session.send_notification(types.RootsListChangedNotification())
+        await anyio.sleep(2)
+        assert "roots" not in seen.asked
         result = await agent.call_tool("echo", {"message": "still serving"})
     assert text(result) == "Echo: still serving"
-    assert "roots" not in seen.asked
 
 
 async def test_an_upstream_request_for_an_undeclared_capability_is_refused(proxy_url: str) -> None:
