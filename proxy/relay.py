@@ -44,6 +44,7 @@ import anyio.abc
 import mcp.types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import MCPError
+from mcp.client.subscriptions import SubscriptionLost
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server.connection import Connection, allowed_log_levels
 from mcp.server.context import CallNext, HandlerResult
@@ -78,6 +79,7 @@ LOG_LEVEL_META_KEY = "io.modelcontextprotocol/logLevel"
 EXECUTION_META_KEY = "shadowguard/execution"
 """Where a 2026-07-28 agent finds a tool's ``execution`` (that era's wire has no such field)."""
 _EVENT_BUFFER = 1024
+LISTEN_RETRY_S = 1.0
 
 _R = TypeVar("_R", bound=BaseModel)
 _agent_request: ContextVar[Ctx | None] = ContextVar("shadowguard_agent_request", default=None)
@@ -222,11 +224,48 @@ class Relay:
         calls (:class:`proxy.rounds.Rounds`) until cancelled."""
         async with anyio.create_task_group() as task_group:
             await task_group.start(self.rounds.run)
+            for upstream in self.proxy.upstreams:
+                wanted = self._changes_offered(upstream)
+                if any(wanted.values()):
+                    task_group.start_soon(self._listen_upstream, upstream, wanted)
             task_status.started()
             try:
                 await self._deliver_events()
             finally:
                 task_group.cancel_scope.cancel()
+
+    @staticmethod
+    def _changes_offered(upstream: Upstream) -> dict[str, bool]:
+        caps = upstream.capabilities or types.ServerCapabilities()
+        return {
+            "tools_list_changed": bool(caps.tools and caps.tools.list_changed),
+            "prompts_list_changed": bool(caps.prompts and caps.prompts.list_changed),
+            "resources_list_changed": bool(caps.resources and caps.resources.list_changed),
+        }
+
+    async def _listen_upstream(self, upstream: Upstream, wanted: dict[str, bool]) -> None:
+        """A 2026-07-28 upstream's ``list_changed`` come only on a ``subscriptions/listen`` stream: keep
+        one open on its shared connection (again after a drop). Handshake-era upstreams just notify."""
+        while True:
+            try:
+                connection = await upstream.shared_connection()
+                if connection.client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+                    return
+                listening = connection.client.listen(
+                    tools_list_changed=wanted["tools_list_changed"],
+                    prompts_list_changed=wanted["prompts_list_changed"],
+                    resources_list_changed=wanted["resources_list_changed"],
+                )
+                async with listening as subscription:
+                    async for event in subscription:
+                        await self._send_event.send((upstream, event))
+            except (MCPError, UpstreamError, SubscriptionLost, TimeoutError) as exc:
+                logger.info(
+                    "upstream %r: its subscriptions/listen stream ended (%s); listening again",
+                    upstream.name,
+                    exc,
+                )
+            await anyio.sleep(LISTEN_RETRY_S)
 
     async def _deliver_events(self) -> None:
         async with self._events:
@@ -463,15 +502,18 @@ class Relay:
 
     # -- notifications from upstreams -----------------------------------------------------------------
     async def _deliver(self, upstream: Upstream, message: Any) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
+        """One notification (handshake-era upstream) or listen event (2026-07-28 upstream)."""
+        if isinstance(message, types.ToolListChangedNotification | ToolsListChanged):
             if await self._refresh_tools(upstream):
                 await self._broadcast("notifications/tools/list_changed", None, ToolsListChanged())
-        elif isinstance(message, types.PromptListChangedNotification):
+        elif isinstance(message, types.PromptListChangedNotification | PromptsListChanged):
             await self._broadcast("notifications/prompts/list_changed", None, PromptsListChanged())
-        elif isinstance(message, types.ResourceListChangedNotification):
+        elif isinstance(message, types.ResourceListChangedNotification | ResourcesListChanged):
             await self._broadcast("notifications/resources/list_changed", None, ResourcesListChanged())
-        elif isinstance(message, types.ResourceUpdatedNotification):
-            uri = message.params.uri
+        elif isinstance(message, types.ResourceUpdatedNotification | ResourceUpdated):
+            uri = (
+                message.params.uri if isinstance(message, types.ResourceUpdatedNotification) else message.uri
+            )
             for agent in list(self._subscribers.get(uri, ())):
                 await agent.notify("notifications/resources/updated", {"uri": uri})
             await self.bus.publish(ResourceUpdated(uri=uri))

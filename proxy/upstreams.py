@@ -382,9 +382,14 @@ class Upstream:
         return cls(spec, policy, target, keep_spare=keep_spare)
 
     def set_tools(self, tools: Sequence[types.Tool]) -> None:
-        """Replace the tool catalog (at start, and when the upstream says its list changed)."""
-        self.tools = {tool.name: tool for tool in tools}
-        self._infos = {tool.name: _tool_info(tool) for tool in tools}
+        """Replace the tool catalog (at start, and when the upstream says its list changed).
+
+        In place: the guard sessions open on the upstream read the same mappings.
+        """
+        self.tools.clear()
+        self.tools.update({tool.name: tool for tool in tools})
+        self._infos.clear()
+        self._infos.update({tool.name: _tool_info(tool) for tool in tools})
 
     def tool_info(self, name: str) -> ToolInfo:
         return self._infos[name]

@@ -13,9 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import mcp.types as types
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.client.subscriptions import ToolsListChanged
 
 pytestmark = pytest.mark.anyio
 ERAS = ["legacy", "2026-07-28"]
@@ -75,3 +77,30 @@ async def test_an_agent_without_elicitation_is_not_asked(proxy: StdioServerParam
         result = await agent.call_tool("greet", {})
     assert result.is_error
     assert "the agent's client did not declare the elicitation capability" in text(result)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_changed_tool_list_reaches_the_agent(proxy: StdioServerParameters, mode: str) -> None:
+    """The upstream (2026-07-28 to the proxy) says so on a listen stream; the proxy reloads its tools
+    and tells the agent: a notification in the handshake era, a listen event in the 2026-07-28 era."""
+    notified: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, Exception):
+            raise message
+        notified.append(message.method)
+
+    async with Client(proxy, mode=mode, cache=None, message_handler=on_message) as agent:
+        assert "extra" not in {t.name for t in (await agent.list_tools()).tools}
+        if mode == "legacy":
+            await agent.call_tool("grow", {})
+            with anyio.fail_after(20):
+                while "notifications/tools/list_changed" not in notified:
+                    await anyio.sleep(0.05)
+        else:
+            async with agent.listen(tools_list_changed=True) as events:
+                await agent.call_tool("grow", {})
+                with anyio.fail_after(20):
+                    assert isinstance(await events.__anext__(), ToolsListChanged)
+        assert "extra" in {t.name for t in (await agent.list_tools()).tools}
+        assert text(await agent.call_tool("extra", {})) == "extra ran"
