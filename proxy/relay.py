@@ -4,7 +4,8 @@ What is relayed (docs/proxy.md, "Relay", says it per era and transport):
 
 * **resources** (``resources/list``, ``resources/templates/list``, ``resources/read``) and
   **prompts** (``prompts/list``, ``prompts/get``) and **completion** (``completion/complete``):
-  reads, answered by the upstream over its shared connection, no guard session involved.
+  reads, answered by the upstream over its shared connection, no guard session involved
+  (routing and handlers: :mod:`proxy.reads`).
   Resources keep their URIs and are routed to the upstream that listed them (or whose resource
   template the URI fits); prompts take the upstream's tool ``prefix``. Two upstreams serving one
   prompt name or resource URI stop the proxy at startup (:meth:`Relay.install`).
@@ -32,12 +33,11 @@ Nothing here lets a tool call past the guard: ``tools/call`` stays :class:`proxy
 from __future__ import annotations
 
 import logging
-import re
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.abc
@@ -63,6 +63,7 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
+from proxy.reads import Reads, agent_connection, offering
 from proxy.rounds import ROUND_TIMEOUT_S, Rounds
 from proxy.upstreams import Upstream, UpstreamConnection, UpstreamError, strip_reserved_meta
 
@@ -85,32 +86,12 @@ _R = TypeVar("_R", bound=BaseModel)
 _agent_request: ContextVar[Ctx | None] = ContextVar("shadowguard_agent_request", default=None)
 
 
-def _connection(ctx: Ctx) -> Connection:
-    """The agent's connection behind a request (its standalone channel outlives the request).
-
-    The SDK reaches it only through the request's session object (``ServerSession._connection``).
-    """
-    connection: Connection = ctx.session._connection
-    return connection
-
-
 def _modern(ctx: Ctx) -> bool:
     return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
 
 
 def _refusal(message: str) -> types.ErrorData:
     return types.ErrorData(code=types.INVALID_REQUEST, message=message)
-
-
-def _template_pattern(template: str) -> re.Pattern[str]:
-    """A URI template (RFC 6570, the expressions resource templates use) as a whole-URI pattern."""
-    parts: list[str] = []
-    for piece in re.split(r"(\{[^}]*\})", template):
-        if piece.startswith("{") and piece.endswith("}"):
-            parts.append(".*" if piece[1:2] in ("+", "#") else "[^/?#]*")
-        else:
-            parts.append(re.escape(piece))
-    return re.compile("".join(parts))
 
 
 class RelayServer(Server[Any]):
@@ -155,22 +136,18 @@ class Relay:
         self._log_levels: weakref.WeakKeyDictionary[Connection, types.LoggingLevel] = (
             weakref.WeakKeyDictionary()
         )
-        self._subscribers: dict[str, weakref.WeakSet[Connection]] = {}
-        self._subscribed: set[str] = set()
-        self._resources: dict[str, Upstream] = {}
-        self._templates: dict[str, Upstream] = {}
-        self._patterns: dict[str, re.Pattern[str]] = {}
-        self._prompts: dict[str, Upstream] = {}
-        self._prompt_names: dict[str, str] = {}
+        self.reads = Reads(proxy.upstreams)
         events: tuple[
             MemoryObjectSendStream[tuple[Upstream, Any]], MemoryObjectReceiveStream[tuple[Upstream, Any]]
         ]
         events = anyio.create_memory_object_stream[tuple[Upstream, Any]](_EVENT_BUFFER)
         self._send_event, self._events = events
 
-    # -- which upstreams offer what
     def _offering(self, what: str) -> list[Upstream]:
-        return [u for u in self.proxy.upstreams if getattr(u.capabilities, what, None) is not None]
+        return offering(self.proxy.upstreams, what)
+
+    def _upstream(self, name: str) -> Upstream:
+        return next(u for u in self.proxy.upstreams if u.name == name)
 
     # -- setup ------------------------------------------------------------------------------------
     async def install(self) -> None:
@@ -179,33 +156,33 @@ class Relay:
         Runs once the upstreams are connected. Raises :class:`~proxy.upstreams.UpstreamError`
         naming both upstreams when two serve one prompt name, resource URI or resource template.
         """
-        server = self.proxy.server
+        server, reads = self.proxy.server, self.reads
         resources, prompts = self._offering("resources"), self._offering("prompts")
         if resources:
-            await self._list_resources_of(resources, strict=True)
-            await self._list_templates_of(resources, strict=True)
+            await reads.list_resources_of(resources, strict=True)
+            await reads.list_templates_of(resources, strict=True)
             server.add_request_handler(
-                "resources/list", types.PaginatedRequestParams, self._on_list_resources
+                "resources/list", types.PaginatedRequestParams, reads.on_list_resources
             )
             server.add_request_handler(
-                "resources/templates/list", types.PaginatedRequestParams, self._on_list_templates
+                "resources/templates/list", types.PaginatedRequestParams, reads.on_list_templates
             )
             server.add_request_handler(
-                "resources/read", types.ReadResourceRequestParams, self._on_read_resource
+                "resources/read", types.ReadResourceRequestParams, reads.on_read_resource
             )
-            if any(self._subscribable(u) for u in resources):
+            if any(reads.subscribable(u) for u in resources):
                 server.add_request_handler(
-                    "resources/subscribe", types.SubscribeRequestParams, self._on_subscribe
+                    "resources/subscribe", types.SubscribeRequestParams, reads.on_subscribe
                 )
                 server.add_request_handler(
-                    "resources/unsubscribe", types.UnsubscribeRequestParams, self._on_unsubscribe
+                    "resources/unsubscribe", types.UnsubscribeRequestParams, reads.on_unsubscribe
                 )
         if prompts:
-            await self._list_prompts_of(prompts, strict=True)
-            server.add_request_handler("prompts/list", types.PaginatedRequestParams, self._on_list_prompts)
-            server.add_request_handler("prompts/get", types.GetPromptRequestParams, self._on_get_prompt)
+            await reads.list_prompts_of(prompts, strict=True)
+            server.add_request_handler("prompts/list", types.PaginatedRequestParams, reads.on_list_prompts)
+            server.add_request_handler("prompts/get", types.GetPromptRequestParams, reads.on_get_prompt)
         if self._offering("completions"):
-            server.add_request_handler("completion/complete", types.CompleteRequestParams, self._on_complete)
+            server.add_request_handler("completion/complete", types.CompleteRequestParams, reads.on_complete)
         if self._offering("logging"):
             server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._on_set_level)
         server.add_request_handler(
@@ -285,7 +262,7 @@ class Relay:
         if ctx.request_id is None:
             return await call_next(ctx)
         if not _modern(ctx):
-            self._agents.add(_connection(ctx))
+            self._agents.add(agent_connection(ctx))
         if ctx.method == "tools/call":
             refused = self._refuse_task_tool(ctx)
             if refused is not None:
@@ -419,7 +396,7 @@ class Relay:
         level = (
             (ctx.meta or {}).get(LOG_LEVEL_META_KEY)
             if _modern(ctx)
-            else self._log_levels.get(_connection(ctx))
+            else self._log_levels.get(agent_connection(ctx))
         )
         return {LOG_LEVEL_META_KEY: level} if level in LOG_LEVELS else {}
 
@@ -514,7 +491,7 @@ class Relay:
             uri = (
                 message.params.uri if isinstance(message, types.ResourceUpdatedNotification) else message.uri
             )
-            for agent in list(self._subscribers.get(uri, ())):
+            for agent in list(self.reads.subscribers.get(uri, ())):
                 await agent.notify("notifications/resources/updated", {"uri": uri})
             await self.bus.publish(ResourceUpdated(uri=uri))
 
@@ -536,200 +513,16 @@ class Relay:
             return False
         return True
 
-    # -- resources ------------------------------------------------------------------------------------
-    def _upstream(self, name: str) -> Upstream:
-        return next(u for u in self.proxy.upstreams if u.name == name)
-
-    @staticmethod
-    def _subscribable(upstream: Upstream) -> bool:
-        offered = upstream.capabilities.resources if upstream.capabilities is not None else None
-        return bool(offered and offered.subscribe)
-
-    async def _pages(
-        self, upstream: Upstream, fetch: Callable[[Any, str | None], Awaitable[Any]], field: str
-    ) -> list[Any]:
-        connection = await upstream.shared_connection()
-        items: list[Any] = []
-        cursor: str | None = None
-        async with connection.forwarding():
-            while True:
-                try:
-                    page = await fetch(connection.client, cursor)
-                except MCPError as exc:
-                    connection.note(exc)
-                    raise
-                items += getattr(page, field)
-                cursor = page.next_cursor
-                if not cursor:
-                    return items
-
-    @staticmethod
-    def _claim(owners: dict[str, Upstream], key: str, upstream: Upstream, what: str, strict: bool) -> bool:
-        """Record ``upstream`` as the one serving ``key``; False (and a warning) if another does.
-
-        ``strict`` (at startup): a clash is an :class:`UpstreamError` naming both and the fix.
-        """
-        owner = owners.setdefault(key, upstream)
-        if owner is upstream:
-            return True
-        message = f"{what} {key!r} is served by upstreams {owner.name!r} and {upstream.name!r}"
-        if strict:
-            raise UpstreamError(f"{message}: give one of them a prefix, or leave one out of the config")
-        logger.warning("%s: only %r's is relayed", message, owner.name)
-        return False
-
-    async def _list_resources_of(
-        self, upstreams: list[Upstream], *, strict: bool = False
-    ) -> list[types.Resource]:
-        listed: list[types.Resource] = []
-        for upstream in upstreams:
-            pages = await self._pages(upstream, lambda c, cur: c.list_resources(cursor=cur), "resources")
-            listed += [r for r in pages if self._claim(self._resources, r.uri, upstream, "resource", strict)]
-        return listed
-
-    async def _list_templates_of(
-        self, upstreams: list[Upstream], *, strict: bool = False
-    ) -> list[types.ResourceTemplate]:
-        listed: list[types.ResourceTemplate] = []
-        for upstream in upstreams:
-            pages = await self._pages(
-                upstream, lambda c, cur: c.list_resource_templates(cursor=cur), "resource_templates"
-            )
-            for template in pages:
-                if self._claim(self._templates, template.uri_template, upstream, "resource template", strict):
-                    self._patterns.setdefault(template.uri_template, _template_pattern(template.uri_template))
-                    listed.append(template)
-        return listed
-
-    def _owner_of(self, uri: str) -> Upstream:
-        owner = self._resources.get(uri)
-        if owner is not None:
-            return owner
-        for template, upstream in self._templates.items():
-            if self._patterns[template].fullmatch(uri):
-                return upstream
-        raise MCPError(
-            code=types.INVALID_PARAMS,
-            message=f"Unknown resource: {uri} (no upstream listed it or a resource template it fits)",
-        )
-
-    async def _on_list_resources(
-        self, ctx: Ctx, params: types.PaginatedRequestParams | None
-    ) -> types.ListResourcesResult:
-        return types.ListResourcesResult(resources=await self._list_resources_of(self._offering("resources")))
-
-    async def _on_list_templates(
-        self, ctx: Ctx, params: types.PaginatedRequestParams | None
-    ) -> types.ListResourceTemplatesResult:
-        templates = await self._list_templates_of(self._offering("resources"))
-        return types.ListResourceTemplatesResult(resource_templates=templates)
-
-    async def _on_read_resource(
-        self, ctx: Ctx, params: types.ReadResourceRequestParams
-    ) -> types.ReadResourceResult:
-        upstream = self._owner_of(params.uri)
-        connection = await upstream.shared_connection()
-        async with connection.forwarding() as (_, extra):
-            try:
-                result = await connection.client.read_resource(params.uri, meta=self._meta(ctx, extra))
-            except MCPError as exc:
-                connection.note(exc)
-                raise
-        return result.model_copy(update={"meta": strip_reserved_meta(result.meta) or None})
-
-    async def _on_subscribe(self, ctx: Ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
-        await self._subscribe_upstream(params.uri)
-        self._subscribers.setdefault(params.uri, weakref.WeakSet()).add(_connection(ctx))
-        return types.EmptyResult()
-
-    async def _on_unsubscribe(self, ctx: Ctx, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
-        self._subscribers.get(params.uri, weakref.WeakSet()).discard(_connection(ctx))
-        return types.EmptyResult()
-
-    async def _subscribe_upstream(self, uri: str) -> None:
-        """Subscribe the owning upstream to ``uri`` once (its updates are fanned out to agents)."""
-        upstream = self._owner_of(uri)
-        if uri in self._subscribed:
-            return
-        connection = await upstream.shared_connection()
-        if not self._subscribable(upstream) or connection.client.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            raise MCPError(
-                code=types.INVALID_PARAMS,
-                message=f"upstream {upstream.name!r} offers no resources/subscribe for {uri} "
-                "(the proxy subscribes handshake-era upstreams only; docs/proxy.md, 'Relay')",
-            )
-        request = types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri))
-        await connection.session.send_request(request, types.EmptyResult)
-        self._subscribed.add(uri)
-
     async def _on_listen(
         self, ctx: Ctx, params: types.SubscriptionsListenRequestParams
     ) -> types.SubscriptionsListenResult:
         for uri in params.notifications.resource_subscriptions or ():
-            await self._subscribe_upstream(uri)
+            await self.reads.subscribe_upstream(uri)
         return await self._listen(ctx, params)
-
-    # -- prompts and completion -------------------------------------------------------------------
-    async def _list_prompts_of(
-        self, upstreams: list[Upstream], *, strict: bool = False
-    ) -> list[types.Prompt]:
-        listed: list[types.Prompt] = []
-        for upstream in upstreams:
-            for prompt in await self._pages(upstream, lambda c, cur: c.list_prompts(cursor=cur), "prompts"):
-                exposed = upstream.prefix + prompt.name
-                if self._claim(self._prompts, exposed, upstream, "prompt", strict):
-                    self._prompt_names[exposed] = prompt.name
-                    listed.append(
-                        prompt if exposed == prompt.name else prompt.model_copy(update={"name": exposed})
-                    )
-        return listed
-
-    def _prompt(self, exposed: str) -> tuple[Upstream, str]:
-        upstream = self._prompts.get(exposed)
-        if upstream is None:
-            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {exposed}")
-        return upstream, self._prompt_names[exposed]
-
-    async def _on_list_prompts(
-        self, ctx: Ctx, params: types.PaginatedRequestParams | None
-    ) -> types.ListPromptsResult:
-        return types.ListPromptsResult(prompts=await self._list_prompts_of(self._offering("prompts")))
-
-    async def _on_get_prompt(self, ctx: Ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
-        upstream, name = self._prompt(params.name)
-        connection = await upstream.shared_connection()
-        async with connection.forwarding() as (_, extra):
-            try:
-                result = await connection.client.get_prompt(
-                    name, params.arguments, meta=self._meta(ctx, extra)
-                )
-            except MCPError as exc:
-                connection.note(exc)
-                raise
-        return result.model_copy(update={"meta": strip_reserved_meta(result.meta) or None})
-
-    async def _on_complete(self, ctx: Ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
-        ref = params.ref
-        if isinstance(ref, types.PromptReference):
-            upstream, name = self._prompt(ref.name)
-            ref = ref.model_copy(update={"name": name})
-        else:
-            template_owner = self._templates.get(ref.uri)
-            upstream = template_owner if template_owner is not None else self._owner_of(ref.uri)
-        connection = await upstream.shared_connection()
-        context = params.context.arguments if params.context is not None else None
-        async with connection.forwarding():
-            try:
-                return await connection.client.complete(
-                    ref, {"name": params.argument.name, "value": params.argument.value}, context
-                )
-            except MCPError as exc:
-                connection.note(exc)
-                raise
 
     # -- logging and roots ------------------------------------------------------------------------
     async def _on_set_level(self, ctx: Ctx, params: types.SetLevelRequestParams) -> types.EmptyResult:
-        self._log_levels[_connection(ctx)] = params.level
+        self._log_levels[agent_connection(ctx)] = params.level
         for upstream in self._offering("logging"):
             connection = await upstream.shared_connection()
             if connection.client.protocol_version in MODERN_PROTOCOL_VERSIONS:
@@ -743,11 +536,6 @@ class Relay:
             connection = await upstream.shared_connection()
             if connection.client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
                 await connection.session.send_notification(types.RootsListChangedNotification())
-
-    @staticmethod
-    def _meta(ctx: Ctx, extra: Mapping[str, Any]) -> types.RequestParamsMeta | None:
-        meta = {**strip_reserved_meta(ctx.meta), **extra}
-        return cast("types.RequestParamsMeta", meta) if meta else None
 
 
 __all__ = ["EXECUTION_META_KEY", "Relay", "RelayServer"]
