@@ -12,8 +12,11 @@ handshake era and be refused with the documented reason in the 2026-07-28 era (d
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
 import subprocess
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -60,6 +63,55 @@ def proxy_url(config: Path, harness: Any) -> Any:
     process = harness.shadowguard_serve(config).ready()
     yield process.url
     assert process.stop() == 0, process.log.read_text()
+
+
+@pytest.fixture(scope="module")
+def everything_over_http(module_tmp: Path, everything_server: Path) -> Any:
+    """server-everything serving streamable HTTP on a free port: its URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = module_tmp / "everything-http.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [str(everything_server), "streamableHttp"],
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PORT": str(port)},
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while f"listening on port {port}" not in log.read_text(errors="replace"):
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def http_upstream_proxy_url(module_tmp: Path, harness: Any, everything_over_http: str) -> Any:
+    """The proxy in front of server-everything as a streamable-HTTP upstream."""
+    config = harness.write_config(
+        module_tmp / "everything-http.yaml",
+        [{"name": "everything", "transport": "http", "url": everything_over_http}],
+        http={"host": "127.0.0.1", "port": 0},
+        audit={"path": str(module_tmp / "audit-http.jsonl")},
+        approvals={"wait_s": 0},
+    )
+    process = harness.shadowguard_serve(config).ready()
+    yield process.url
+    assert process.stop() == 0, process.log.read_text()
+
+
+@pytest.fixture(params=["stdio-upstream", "http-upstream"])
+def any_upstream_proxy_url(request: pytest.FixtureRequest) -> str:
+    """The HTTP proxy in front of server-everything as a stdio upstream, then as an HTTP upstream."""
+    fixture = "proxy_url" if request.param == "stdio-upstream" else "http_upstream_proxy_url"
+    url: str = request.getfixturevalue(fixture)
+    return url
 
 
 class Seen:
@@ -160,8 +212,9 @@ def _execution_back(tool: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("mode", ERAS)
 async def test_surface_through_the_proxy_is_the_upstreams(
-    everything_server: Path, proxy_url: str, mode: str
+    everything_server: Path, any_upstream_proxy_url: str, mode: str
 ) -> None:
+    proxy_url = any_upstream_proxy_url
     async with client(direct(everything_server), "legacy") as upstream:
         expected = await listed(upstream)
         offered = upstream.server_capabilities
@@ -217,7 +270,8 @@ async def test_reads_prompts_and_completion_are_the_upstreams(
 
 
 @pytest.mark.parametrize("mode", ERAS)
-async def test_progress_reaches_the_agent(proxy_url: str, mode: str) -> None:
+async def test_progress_reaches_the_agent(any_upstream_proxy_url: str, mode: str) -> None:
+    proxy_url = any_upstream_proxy_url
     progress: list[tuple[float, float | None]] = []
 
     async def on_progress(value: float, total: float | None, message: str | None) -> None:
@@ -256,7 +310,8 @@ async def test_log_messages_and_resource_updates_reach_a_handshake_era_agent(
     assert all(log.logger is not None and log.logger.startswith("everything") for log in seen.logs)
 
 
-async def test_a_2026_agent_gets_log_messages_it_opts_in_to(proxy_url: str) -> None:
+async def test_a_2026_agent_gets_log_messages_it_opts_in_to(any_upstream_proxy_url: str) -> None:
+    proxy_url = any_upstream_proxy_url
     seen = Seen()
     meta = {"shadowguard/session": "logs-2026", "io.modelcontextprotocol/logLevel": "debug"}
     async with client(proxy_url, "2026-07-28", seen) as agent:
@@ -279,14 +334,24 @@ CLIENT_REQUESTS = [
 
 @pytest.mark.parametrize(
     ("transport", "mode"),
-    [("http", "legacy"), ("http", "2026-07-28"), ("stdio", "legacy"), ("stdio", "2026-07-28")],
+    [
+        ("http", "legacy"),
+        ("http", "2026-07-28"),
+        ("stdio", "legacy"),
+        ("stdio", "2026-07-28"),
+        ("http-upstream", "legacy"),
+        ("http-upstream", "2026-07-28"),
+    ],
 )
 async def test_sampling_elicitation_and_roots_round_trip_to_the_agent(
-    harness: Any, config: Path, proxy_url: str, transport: str, mode: str
+    harness: Any, config: Path, proxy_url: str, transport: str, mode: str, request: pytest.FixtureRequest
 ) -> None:
-    """Handshake era: the upstream's requests go to the agent as requests; 2026-07-28: as input rounds."""
+    """Handshake era: the upstream's requests go to the agent as requests; 2026-07-28: as input rounds.
+    ``http-upstream``: the HTTP proxy in front of server-everything serving streamable HTTP."""
     seen = Seen()
-    target = proxy_url if transport == "http" else stdio_proxy(harness, config)
+    target: Any = proxy_url if transport == "http" else stdio_proxy(harness, config)
+    if transport == "http-upstream":
+        target = request.getfixturevalue("http_upstream_proxy_url")
     meta = {"shadowguard/session": f"requests-{transport}"} if mode != "legacy" else None
     async with client(target, mode, seen) as agent:
         for tool, arguments, answer in CLIENT_REQUESTS:
