@@ -104,3 +104,17 @@ async def test_a_changed_tool_list_reaches_the_agent(proxy: StdioServerParameter
                     assert isinstance(await events.__anext__(), ToolsListChanged)
         assert "extra" in {t.name for t in (await agent.list_tools()).tools}
         assert text(await agent.call_tool("extra", {})) == "extra ran"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_tool_metadata_is_relayed_whole(proxy: StdioServerParameters, mode: str) -> None:
+    direct = StdioServerParameters(command=sys.executable, args=[str(ASKING_SERVER)])
+    async with Client(direct, mode=mode, cache=None) as upstream:
+        expected = {t.name: t for t in (await upstream.list_tools()).tools}
+    async with Client(proxy, mode=mode, cache=None) as agent:
+        listed = {t.name: t for t in (await agent.list_tools()).tools}
+        result = await agent.call_tool("rich", {"word": "whole"})
+    assert listed["rich"] == expected["rich"]
+    assert listed["rich"].icons and listed["rich"].meta == {"example.com/owner": "tests"}
+    assert listed["rich"].output_schema is not None and listed["rich"].title
+    assert result.structured_content == {"word": "whole"}

@@ -26,6 +26,7 @@ import anyio
 import mcp.types as types
 import pytest
 from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.subscriptions import ResourceUpdated
 
 pytestmark = pytest.mark.anyio
 ERAS = ["legacy", "2026-07-28"]
@@ -320,6 +321,22 @@ async def test_a_2026_agent_gets_log_messages_it_opts_in_to(any_upstream_proxy_u
     assert not on.is_error and not off.is_error, text(on) + text(off)
     assert seen.logs, "the log message sent while the call ran was not relayed"
     assert seen.logs[0].logger is not None and seen.logs[0].logger.startswith("everything")
+
+
+async def test_a_2026_agent_listens_for_resource_updates(proxy_url: str) -> None:
+    meta = {"shadowguard/session": "listen-2026"}
+    async with (
+        client(proxy_url, "2026-07-28") as agent,
+        agent.listen(resource_subscriptions=[STATIC]) as events,
+    ):
+        on = await agent.call_tool("toggle-subscriber-updates", {}, meta=meta)
+        assert not on.is_error, text(on)
+        try:
+            with anyio.fail_after(20):
+                event = await events.__anext__()
+        finally:
+            await agent.call_tool("toggle-subscriber-updates", {}, meta=meta)
+    assert isinstance(event, ResourceUpdated) and event.uri == STATIC
 
 
 # -- the upstream's requests to the client ----------------------------------------------------------
