@@ -63,6 +63,9 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
+from guard.effects import classify
+from guard.errors import ErrorClass
+from guard.models import ErrorHint, ToolCall, ToolOutcome, Verdict, Violation
 from proxy.reads import Reads, agent_connection, offering
 from proxy.rounds import ROUND_TIMEOUT_S, Rounds
 from proxy.upstreams import Upstream, UpstreamConnection, UpstreamError, strip_reserved_meta
@@ -281,25 +284,34 @@ class Relay:
         return result
 
     def _refuse_task_tool(self, ctx: Ctx) -> types.CallToolResult | None:
-        name = (ctx.params or {}).get("name")
+        """A call of a tool that runs only as an MCP task: refused (audited like any refusal), not sent."""
+        from proxy.server import render_outcome
+
+        params: Mapping[str, Any] = ctx.params or {}
+        name = params.get("name")
         route = self.proxy.routes.get(name) if isinstance(name, str) else None
         execution = route.tool.execution if route is not None else None
-        if execution is None or execution.task_support != "required":
+        if route is None or execution is None or execution.task_support != "required":
             return None
+        arguments = params.get("arguments")
+        arguments = dict(arguments) if isinstance(arguments, Mapping) else {}
+        upstream = route.upstream
+        effect = classify(upstream.tool_info(route.name), arguments, upstream.policy.effect_of(route.name))[0]
         message = (
-            f"Refused by the guard: {name} did not run and nothing changed. It runs only as an MCP task "
-            "(execution.taskSupport: required), and the proxy does not relay tasks: a task's result "
-            "would reach the agent outside the guard's transaction."
+            f"{route.exposed} runs only as an MCP task (execution.taskSupport: required), and the proxy "
+            "does not relay tasks: a task's result would reach the agent outside the guard's transaction."
         )
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=message)],
-            structured_content={
-                "verdict": "refused",
-                "tool": name,
-                "violations": [{"rule_id": "task_tool", "message": message, "hint": "Use another tool."}],
-            },
-            is_error=True,
+        step = "Use another tool, or call this upstream without the proxy."
+        outcome = ToolOutcome(
+            call=ToolCall(tool=route.exposed, arguments=arguments),
+            effect=effect,
+            verdict=Verdict.REFUSED,
+            error_class=ErrorClass.PRECONDITION_FAILED.value,
+            violations=[Violation(rule_id="task_tool", message=message, hint=step)],
+            hint=ErrorHint(error_class=ErrorClass.PRECONDITION_FAILED.value, message=message, next_step=step),
         )
+        self.proxy.sessions.notify_call(outcome)
+        return render_outcome(outcome, None, None, tool=route.exposed)
 
     def _execution_in_meta(self, listed: dict[str, Any]) -> None:
         """Put each listed tool's ``execution`` (no field of the 2026-07-28 wire) in its ``_meta``."""

@@ -431,6 +431,7 @@ async def test_a_task_only_tool_is_refused_and_not_sent(proxy_url: str, mode: st
             TASK_TOOL, {"topic": "x"}, meta={"shadowguard/session": f"task-{mode}"}
         )
     assert result.is_error
+    assert text(result).startswith(f"Refused by the guard: {TASK_TOOL} did not run and nothing changed.")
     assert "does not relay tasks" in text(result)
     assert result.structured_content is not None
     assert result.structured_content["violations"][0]["rule_id"] == "task_tool"
