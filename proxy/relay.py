@@ -239,7 +239,16 @@ class Relay:
                 async with listening as subscription:
                     async for event in subscription:
                         await self._send_event.send((upstream, event))
-            except (MCPError, UpstreamError, SubscriptionLost, TimeoutError) as exc:
+            except MCPError as exc:
+                if exc.code == types.METHOD_NOT_FOUND:
+                    logger.warning(
+                        "upstream %r offers listChanged but serves no subscriptions/listen: its list "
+                        "changes are not relayed",
+                        upstream.name,
+                    )
+                    return
+                logger.info("upstream %r: its subscriptions/listen stream failed (%s)", upstream.name, exc)
+            except (UpstreamError, SubscriptionLost, TimeoutError) as exc:
                 logger.info(
                     "upstream %r: its subscriptions/listen stream ended (%s); listening again",
                     upstream.name,
@@ -514,8 +523,6 @@ class Relay:
 
     async def _refresh_tools(self, upstream: Upstream) -> bool:
         """Relist ``upstream``'s tools and rebuild the catalog; False (logged) if that failed."""
-        if not self.proxy.is_running:
-            return False
         try:
             connection = await upstream.shared_connection()
             upstream.set_tools(await connection.list_tools())
