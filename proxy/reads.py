@@ -106,7 +106,12 @@ class Reads:
             return True
         message = f"{what} {key!r} is served by upstreams {owner.name!r} and {upstream.name!r}"
         if strict:
-            raise UpstreamError(f"{message}: give one of them a prefix, or leave one out of the config")
+            fix = (
+                "give one of them a prefix in the config"
+                if what == "prompt"
+                else "resources keep their URIs, so leave one of them out of the config"
+            )
+            raise UpstreamError(f"{message}: {fix}")
         logger.warning("%s: only %r's is relayed", message, owner.name)
         return False
 
