@@ -271,7 +271,7 @@ class Relay:
         """Marks the agent request for the upstream requests made while it is handled; remembers
         handshake-era agent connections (for notifications); refuses task-augmented tools; adds
         ``execution`` to a 2026-07-28 tool list's ``_meta``."""
-        if ctx.request_id is None:
+        if ctx.request_id is None or not isinstance(ctx.params, Mapping | None):
             return await call_next(ctx)
         if not _modern(ctx):
             self._agents.add(agent_connection(ctx))

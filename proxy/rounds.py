@@ -44,8 +44,9 @@ ROUND_TIMEOUT_S = 120.0
 class _Parked:
     """One guarded call of a 2026-07-28 agent that may need the agent's input on the way."""
 
-    tool: str
-    arguments: Mapping[str, Any]
+    tool: Any
+    arguments: Any
+    """The call's ``name`` and ``arguments`` as sent (not yet validated): a retry must repeat them."""
     asked: dict[str, tuple[Any, anyio.Event]] = field(default_factory=dict)
     """Open input requests by key: the request and the event set when its answer arrived."""
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -86,7 +87,7 @@ class Rounds:
         if self._task_group is None:
             return await call()
         params: Mapping[str, Any] = ctx.params or {}
-        parked = _Parked(tool=str(params.get("name")), arguments=dict(params.get("arguments") or {}))
+        parked = _Parked(tool=params.get("name"), arguments=params.get("arguments"))
         self._by_request[id(ctx)] = parked
 
         async def background() -> None:
@@ -116,7 +117,7 @@ class Rounds:
                 code=types.INVALID_PARAMS,
                 message="Unknown or expired requestState: no call of this proxy waits for these answers",
             )
-        if params.get("name") != parked.tool or dict(params.get("arguments") or {}) != dict(parked.arguments):
+        if params.get("name") != parked.tool or params.get("arguments") != parked.arguments:
             raise MCPError(
                 code=types.INVALID_PARAMS,
                 message="requestState belongs to a call of another tool or with other arguments",
