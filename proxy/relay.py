@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -42,7 +43,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 import anyio.abc
 import mcp.types as types
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import MCPError
 from mcp.client.subscriptions import SubscriptionLost
 from mcp.server import NotificationOptions, Server, ServerRequestContext
@@ -140,11 +140,9 @@ class Relay:
             weakref.WeakKeyDictionary()
         )
         self.reads = Reads(proxy.upstreams)
-        events: tuple[
-            MemoryObjectSendStream[tuple[Upstream, Any]], MemoryObjectReceiveStream[tuple[Upstream, Any]]
-        ]
-        events = anyio.create_memory_object_stream[tuple[Upstream, Any]](_EVENT_BUFFER)
-        self._send_event, self._events = events
+        self._pending: deque[tuple[Upstream, Any]] = deque()
+        """Upstream notifications and listen events waiting for :meth:`run` (they may come first)."""
+        self._wake: anyio.Event | None = None
 
     def _offering(self, what: str) -> list[Upstream]:
         return offering(self.proxy.upstreams, what)
@@ -238,7 +236,7 @@ class Relay:
                 )
                 async with listening as subscription:
                     async for event in subscription:
-                        await self._send_event.send((upstream, event))
+                        self._queue(upstream, event)
             except MCPError as exc:
                 if exc.code == types.METHOD_NOT_FOUND:
                     logger.warning(
@@ -256,15 +254,27 @@ class Relay:
                 )
             await anyio.sleep(LISTEN_RETRY_S)
 
+    def _queue(self, upstream: Upstream, message: Any) -> None:
+        if len(self._pending) >= _EVENT_BUFFER:
+            logger.warning("upstream %r: %s dropped (queue full)", upstream.name, type(message).__name__)
+            return
+        self._pending.append((upstream, message))
+        if self._wake is not None:
+            self._wake.set()
+
     async def _deliver_events(self) -> None:
-        async with self._events:
-            async for upstream, message in self._events:
+        while True:
+            while self._pending:
+                upstream, message = self._pending.popleft()
                 try:
                     await self._deliver(upstream, message)
                 except (MCPError, UpstreamError) as exc:
                     logger.warning(
                         "upstream %r: relaying %s failed: %s", upstream.name, type(message).__name__, exc
                     )
+            self._wake = anyio.Event()
+            if not self._pending:
+                await self._wake.wait()
 
     # -- the middleware -----------------------------------------------------------------------------
     async def middleware(self, ctx: Ctx, call_next: CallNext) -> HandlerResult:
@@ -361,12 +371,7 @@ class Relay:
             if isinstance(message, Exception):
                 logger.warning("upstream %r: %s", connection.upstream, message)
                 return
-            try:
-                self._send_event.send_nowait((upstream, message))
-            except anyio.WouldBlock:
-                logger.warning(
-                    "upstream %r: notification %s dropped (queue full)", upstream.name, message.method
-                )
+            self._queue(upstream, message)
 
         return {
             "sampling_callback": sampling,
