@@ -55,6 +55,7 @@ from proxy.config import ConfigError, ProxyConfig
 from proxy.dropin import commit_description, default_session, rollback_description, upstream_label
 from proxy.held import APPROVAL_META_KEY, HeldCalls
 from proxy.registry import SessionLimitError, SessionOwnerError, SessionRegistry
+from proxy.relay import Relay, RelayServer
 from proxy.sessions import SESSION_META_KEY, ProxySession, RollbackOutcome, lost_message
 from proxy.stdio import stdio_streams
 from proxy.upstreams import ToolRoute, Upstream, UpstreamError, build_catalog, strip_reserved_meta
@@ -519,7 +520,7 @@ class GuardProxy:
         self._own_tools = self._proxy_tools()
         self.stdio_session = f"stdio:{uuid.uuid4().hex}"
         self._running = False
-        self.server: Server[Any] = Server(
+        self.server: Server[Any] = RelayServer(
             name,
             version=_version(),
             instructions=instructions,
@@ -527,6 +528,10 @@ class GuardProxy:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
         )
+        self.relay = Relay(self)
+        """Resources, prompts, completion, logging, notifications and the upstreams' requests to
+        the agent (proxy/relay.py); registered once the upstreams are connected."""
+        self.server.middleware.append(self.relay.middleware)
         self.server.middleware.append(
             RequestStateBoundary(RequestStateSecurity.ephemeral(), default_audience=name)
         )
@@ -578,7 +583,9 @@ class GuardProxy:
                 try:
                     await self._start_upstreams(tg)
                     self._own_tools = self._proxy_tools()
-                    self.routes = build_catalog(self.upstreams, reserved=list(self._own_tools))
+                    self.rebuild_catalog()
+                    await self.relay.install()
+                    await tg.start(self.relay.run)
                     await tg.start(self.sessions.run_reaper)
                     self._running = True
                     yield self
@@ -614,6 +621,10 @@ class GuardProxy:
         if errors:
             raise UpstreamError("; ".join(str(e) for e in errors)) from errors[0]
 
+    def rebuild_catalog(self) -> None:
+        """The agent-visible tools from the upstreams' current tool lists (UpstreamError on a clash)."""
+        self.routes = build_catalog(self.upstreams, reserved=list(self._own_tools))
+
     @property
     def is_running(self) -> bool:
         return self._running
@@ -641,6 +652,7 @@ class GuardProxy:
     async def serve_stdio(self, max_line_bytes: int | None = None) -> None:
         """Serve one agent on stdin/stdout (either era) until stdin closes; its session ends with it.
         A line longer than ``max_line_bytes`` is refused with ``-32600`` (proxy.stdio)."""
+        self.relay.sole_agent = True
         try:
             async with stdio_streams(max_line_bytes) as (read_stream, write_stream):
                 await self.server.run(read_stream, write_stream, self.server.create_initialization_options())

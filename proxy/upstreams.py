@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 import anyio
 import anyio.abc
@@ -29,6 +30,7 @@ import httpx2
 import mcp.types as types
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.dispatcher import ProgressFnT
 
 from guard.backend import BackendError
 from guard.effects import ToolInfo, detected_sql_argument
@@ -83,6 +85,29 @@ class UpstreamSettings(Protocol):
     def sql_tools(self) -> Mapping[str, Any]: ...
     @property
     def detect_sql_tools(self) -> bool: ...
+
+
+class ConnectionPeer(Protocol):
+    """What stands for the agents on an upstream connection (``proxy.relay.Relay`` is one).
+
+    ``client_options`` are extra keyword arguments of the connection's ``mcp.Client``: the callbacks
+    that answer the upstream's own requests (sampling, elicitation, roots) and take its log
+    messages and notifications, which also declare those capabilities to the upstream.
+    ``forwarding`` is entered around every request the connection forwards for an agent: it yields
+    the progress callback to pass upstream (None: the agent asked for no progress) and ``_meta``
+    entries to add to the request.
+    """
+
+    def client_options(self, connection: UpstreamConnection) -> dict[str, Any]: ...
+
+    def forwarding(
+        self, connection: UpstreamConnection
+    ) -> AbstractAsyncContextManager[tuple[ProgressFnT | None, dict[str, Any]]]: ...
+
+
+@asynccontextmanager
+async def _no_forwarding() -> AsyncIterator[tuple[ProgressFnT | None, dict[str, Any]]]:
+    yield None, {}
 
 
 class UpstreamError(Exception):
@@ -150,11 +175,16 @@ class UpstreamConnection:
     """
 
     def __init__(
-        self, upstream: str, target: StdioServerParameters | str, http: httpx2.AsyncClient | None = None
+        self,
+        upstream: str,
+        target: StdioServerParameters | str,
+        http: httpx2.AsyncClient | None = None,
+        peer: ConnectionPeer | None = None,
     ) -> None:
         self.upstream = upstream
         self._target = target
         self._http = http
+        self.peer = peer
         self._client: Client | None = None
         self._stop = anyio.Event()
         self._stopped = anyio.Event()
@@ -169,14 +199,16 @@ class UpstreamConnection:
         *,
         http: httpx2.AsyncClient | None = None,
         connect_timeout: float = CONNECT_TIMEOUT_S,
+        peer: ConnectionPeer | None = None,
     ) -> UpstreamConnection:
         """Start the connection's task in ``task_group`` and return once the handshake is done.
 
         ``http`` is the HTTP client to reach a streamable-HTTP upstream with (shared by its
         connections: a new client builds a TLS context, tens of milliseconds per session).
+        ``peer`` answers the upstream's requests to the client and relays its notifications.
         Raises :class:`UpstreamError` (naming the upstream and the cause) if it cannot connect.
         """
-        conn = cls(upstream, target, http)
+        conn = cls(upstream, target, http, peer)
         try:
             with anyio.fail_after(connect_timeout):
                 await task_group.start(conn._run)
@@ -194,7 +226,8 @@ class UpstreamConnection:
             server: Any = self._target
             if isinstance(self._target, str) and self._http is not None:
                 server = streamable_http_client(self._target, http_client=self._http)
-            client = Client(server, mode="auto", cache=None, read_timeout_seconds=CALL_TIMEOUT_S)
+            options = self.peer.client_options(self) if self.peer is not None else {}
+            client = Client(server, mode="auto", cache=None, read_timeout_seconds=CALL_TIMEOUT_S, **options)
             async with client:
                 self._client = client
                 started = True
@@ -240,7 +273,7 @@ class UpstreamConnection:
             try:
                 page = await self.client.list_tools(cursor=cursor)
             except MCPError as exc:
-                self._note(exc)
+                self.note(exc)
                 raise
             tools.extend(page.tools)
             cursor = page.next_cursor
@@ -250,13 +283,19 @@ class UpstreamConnection:
     async def call_tool(
         self, name: str, arguments: Mapping[str, Any], meta: Mapping[str, Any] | None
     ) -> types.CallToolResult:
-        """One ``tools/call``; a closed connection raises :class:`UpstreamGoneError`."""
+        """One ``tools/call``; a closed connection raises :class:`UpstreamGoneError`.
+
+        The agent's progress token and the upstream's input requests (2026-07-28 rounds, answered
+        through the connection's peer) are relayed while the call runs.
+        """
         try:
-            result = await self.session.call_tool(
-                name, dict(arguments), CALL_TIMEOUT_S, meta=dict(meta or {})
-            )
+            async with self.forwarding() as (progress, extra):
+                forwarded = cast("types.RequestParamsMeta", {**dict(meta or {}), **extra})
+                result = await self.client.call_tool(
+                    name, dict(arguments), CALL_TIMEOUT_S, progress, meta=forwarded
+                )
         except MCPError as exc:
-            self._note(exc)
+            self.note(exc)
             raise
         if not isinstance(result, types.CallToolResult):
             raise UpstreamError(
@@ -264,6 +303,10 @@ class UpstreamConnection:
                 "which the proxy does not relay"
             )
         return result
+
+    def forwarding(self) -> AbstractAsyncContextManager[tuple[ProgressFnT | None, dict[str, Any]]]:
+        """Entered around a request forwarded for an agent (see :class:`ConnectionPeer`)."""
+        return self.peer.forwarding(self) if self.peer is not None else _no_forwarding()
 
     async def answers(self, timeout: float = 5.0) -> bool:
         """The upstream answers a ping (a connection that waited unused may have lost its upstream)."""
@@ -282,7 +325,8 @@ class UpstreamConnection:
         self.lost = True
         return False
 
-    def _note(self, exc: MCPError) -> None:
+    def note(self, exc: MCPError) -> None:
+        """Raise :class:`UpstreamGoneError` for an error that says the connection is closed."""
         if is_connection_lost(exc):
             self.lost = True
             raise UpstreamGoneError(f"upstream {self.upstream!r}: connection closed ({exc.message})") from exc
@@ -344,6 +388,10 @@ class Upstream:
         """Writer slots (config ``writers``): held by a session from its first kept write to the end
         of its transaction; None: no limit."""
         self.writer_wait_s: float = getattr(spec, "writer_wait_s", 10.0)
+        self.peer: ConnectionPeer | None = None
+        """Stands for the agents on this upstream's connections (set before :meth:`start`)."""
+        self.capabilities: types.ServerCapabilities | None = None
+        """What the upstream offers (read at :meth:`start`)."""
 
     @property
     def name(self) -> str:
@@ -359,6 +407,16 @@ class Upstream:
         target = _target(spec)
         policy = load_policy(spec.policy) if spec.policy else EMPTY
         return cls(spec, policy, target, keep_spare=keep_spare)
+
+    def set_tools(self, tools: Sequence[types.Tool]) -> None:
+        """Replace the tool catalog (at start, and when the upstream says its list changed).
+
+        In place: the guard sessions open on the upstream read the same mappings.
+        """
+        self.tools.clear()
+        self.tools.update({tool.name: tool for tool in tools})
+        self._infos.clear()
+        self._infos.update({tool.name: self._tool_info(tool) for tool in tools})
 
     def tool_info(self, name: str) -> ToolInfo:
         return self._infos[name]
@@ -390,7 +448,8 @@ class Upstream:
         except (MCPError, UpstreamError) as exc:
             await conn.aclose()
             raise UpstreamError(f"upstream {self.name!r}: cannot list its tools: {exc}") from exc
-        self.tools = {tool.name: tool for tool in tools}
+        self.set_tools(tools)
+        self.capabilities = conn.capabilities
         unknown = sorted(set(self.spec.sql_tools) - set(self.tools))
         if unknown:
             await conn.aclose()
@@ -398,7 +457,6 @@ class Upstream:
                 f"upstream {self.name!r}: sql_tools names {', '.join(map(repr, unknown))}, which it does "
                 f"not list (its tools: {', '.join(sorted(self.tools))})"
             )
-        self._infos = {tool.name: self._tool_info(tool) for tool in tools}
         speaks = advertises(conn.capabilities)
         if forced is True and not speaks:
             await conn.aclose()
@@ -425,7 +483,9 @@ class Upstream:
         otherwise list them after that call, and send it without the headers)."""
         if self._task_group is None or self._target is None:
             raise UpstreamError(f"upstream {self.name!r} is not started")
-        conn = await UpstreamConnection.open(self._task_group, self.name, self._target, http=self._http)
+        conn = await UpstreamConnection.open(
+            self._task_group, self.name, self._target, http=self._http, peer=self.peer
+        )
         if prime:
             try:
                 await conn.list_tools()
