@@ -635,12 +635,14 @@ def replay_command(
 
 
 def _mount_campaign() -> None:
-    """``bench run`` (benchmark.campaign.cli), ``bench agg|sbs|report`` (benchmark.campaign.analysis_cli)."""
-    from benchmark.campaign import analysis_cli, cli, corpus_cli
+    """``bench run`` (benchmark.campaign.cli), ``bench agg|sbs|report`` (benchmark.campaign.analysis_cli),
+    ``bench faults`` (corpus_cli), ``bench calibrate|lift`` (profile_cli)."""
+    from benchmark.campaign import analysis_cli, cli, corpus_cli, profile_cli
 
     cli.register(bench_app)
     analysis_cli.register(bench_app)
     corpus_cli.register(bench_app)
+    profile_cli.register(bench_app)
 
 
 _mount_campaign()
