@@ -32,7 +32,7 @@ from benchmark.campaign.profiles import GUARD_FEEDBACK, FeedbackSpecError, Profi
 from benchmark.campaign.report import write_report
 from benchmark.campaign.results import read_campaign_results
 from benchmark.campaign.runner import CampaignConfig, Tally, Worker, run_units
-from benchmark.campaign.simulated import PRICE_PER_MTOK, SimulatedAgent
+from benchmark.campaign.simulated import PRICE_PER_MTOK
 
 
 @dataclass(frozen=True)
