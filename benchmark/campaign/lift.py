@@ -32,7 +32,7 @@ from benchmark.campaign.profiles import GUARD_FEEDBACK, FeedbackSpecError, Profi
 from benchmark.campaign.report import write_report
 from benchmark.campaign.results import read_campaign_results
 from benchmark.campaign.runner import CampaignConfig, Tally, Worker, run_units
-from benchmark.campaign.simulated import PRICE_PER_MTOK
+from benchmark.campaign.simulated import PRICE_PER_MTOK, SimulatedAgent
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,9 @@ def _run_one(config: CampaignConfig, workers: int, out: Path, console: Console) 
                     console.print(f"  {out.name}: {done}/{total} pass@1 {tally.brief()}", highlight=False)
         meta = {
             "simulated": probe.agent.label,
-            "parameters": probe.agent.profile.parameters(),
+            "parameters": probe.agent.profile.parameters()
+            if isinstance(probe.agent, SimulatedAgent)
+            else None,
             "setup_config": {k: v for k, v in config.__dict__.items() if k != "task_ids"},
             "tasks": len(config.task_ids),
         }
