@@ -17,7 +17,8 @@ the simulated user, and the results of the calls it makes through :class:`Tools`
 Two optional hooks an agent may define, which the runner calls when present: ``upstream(view,
 execute) -> Executor`` (the attempt's upstream, e.g. with the agent's own environment fault) and
 ``after_commit_refused(view, transcript, message) -> bool`` (the orchestrator's commit was refused; True
-when the agent made further calls in the same session and asks for the commit again).
+when the agent made further calls in the same session and asks for the commit again). An agent with
+``untimed = True`` gets rows without wall times (byte-identical for the same seed).
 """
 
 from __future__ import annotations

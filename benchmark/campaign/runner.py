@@ -269,7 +269,7 @@ class Worker:
             judged = self._judge(task, env)
             if not judged.passed:
                 delta = state_delta(initial, env.stable_state(), domain.tables)
-            if facts is not None:
+            if facts is not None and not getattr(self.agent, "untimed", False):
                 spent = time.perf_counter() - started
                 facts.added_ms = round(max(spent - timed.seconds, 0.0) * 1000, 3)
             faults = len(injector.injected) if injector is not None else 0
@@ -436,7 +436,8 @@ class Worker:
             upper_bound=arm.oracle,
         )
         metadata = self._base_metadata(task, key) | facts.model_dump(mode="json", exclude_none=True)
-        metadata["execution_time"] = round(got.seconds, 6)
+        untimed = getattr(self.agent, "untimed", False)
+        metadata["execution_time"] = 0.0 if untimed else round(got.seconds, 6)
         if got.transcript.notes is not None:
             metadata["simulated"] = got.transcript.notes
         test = TestResult(result=judged.passed, reward=1.0 if judged.passed else 0.0)

@@ -2,7 +2,9 @@
 
 Benchmark-internal: it reads the golden calls and the fault corpus, as the judge does; it lives on the
 benchmark side of the trust boundary and the guard never sees what it reads. Every figure it produces
-is labelled "simulated" with the profile's parameters.
+is labelled "simulated" with the profile's parameters. Its rows are byte-identical for the same seed:
+they carry no wall times (``untimed``), and the guard's approval ids — random bearer tokens — are
+recorded as ``apr_#N``.
 
 **An attempt.** The task's propensity ``p`` is drawn once per campaign seed
 (:func:`~benchmark.campaign.calibrate.draw_propensities`), so a task's repeats share it. The attempt
@@ -48,6 +50,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +65,7 @@ from benchmark.tasks import Task, ToolInteraction
 from guard.faults import FaultInjector, FaultPlan, InjectedFault
 from guard.session import Executor, ToolResult
 
+_APPROVAL_ID = re.compile(r"apr_[A-Za-z0-9_-]{16,}")
 MAX_REACTIONS = 3
 PRICE_PER_MTOK = 1.0
 """The nominal price (USD per million output tokens) the simulated usage is expressed in."""
@@ -141,6 +145,9 @@ class SimulatedAgent:
     feedback, so it has no false-block figure (ADR 006)."""
 
     twin = False
+    untimed = True
+    """Rows carry no wall times (``execution_time`` and ``guard.added_ms`` are 0), so a campaign's results
+    file is byte-identical for the same seed; the run metadata keeps the campaign's duration."""
 
     def __init__(
         self,
@@ -289,7 +296,17 @@ class _Play:
         self.tokens = tokens
         self.transcript = Transcript(messages=[Text(role="user", content=view.query)])
         self.reactions: list[str] = []
+        self.approval_ids: dict[str, int] = {}
         self.calls = 0
+
+    def redact(self, text: str) -> str:
+        """``text`` with each approval id (a random bearer token) as ``apr_#N``, N its order of first
+        appearance in the attempt: the row stays byte-identical for the same seed and holds no token."""
+
+        def number(match: re.Match[str]) -> str:
+            return f"apr_#{self.approval_ids.setdefault(match.group(0), len(self.approval_ids) + 1)}"
+
+        return _APPROVAL_ID.sub(number, text)
 
     def turn(self) -> Usage:
         return Usage(output_tokens=self.tokens, total_tokens=self.tokens)
@@ -321,7 +338,7 @@ class _Play:
             if reply.guard is not None:
                 meta["shadowguard_verdict"] = reply.guard
             self.transcript.messages.append(
-                ToolResponse(name=call.tool, content=reply.text, id=call_id, metadata=meta)
+                ToolResponse(name=call.tool, content=self.redact(reply.text), id=call_id, metadata=meta)
             )
             kind = feedback_kind(reply)
             if kind is None:
