@@ -57,7 +57,7 @@ from typing import Any
 
 from benchmark.campaign.agents import AgentView, ToolReply, Tools, Transcript
 from benchmark.campaign.calibrate import draw_propensities
-from benchmark.campaign.corpus import CorpusStats, Entry, build_corpus
+from benchmark.campaign.corpus import FAMILIES, Entry, fault_of
 from benchmark.campaign.profiles import Profile
 from benchmark.campaign.results import ParallelToolCall, Text, ToolCall, ToolResponse, Usage
 from benchmark.envs import Database, Domain
@@ -176,7 +176,7 @@ class SimulatedAgent:
         turns = sum(len(t.answer.golden_tool_interactions) + 1 for t in tasks)
         per_task = profile.published.campaign_cost_usd * len(tasks) / 507
         self.tokens_per_turn = round(per_task / turns / PRICE_PER_MTOK * 1_000_000)
-        self._corpus: dict[str, dict[str, Entry]] = {}
+        self._corpus: dict[tuple[str, str], Entry | None] = {}
         self._plans: dict[tuple[str, int], AttemptPlan] = {}
         self._playing: dict[int, _Play] = {}
         """The attempt in flight (one at a time per process), for :meth:`after_commit_refused`."""
@@ -185,13 +185,14 @@ class SimulatedAgent:
         return [None] if uid in self._tasks else []
 
     # -- the plan ---------------------------------------------------------------------------------
-    def _faults(self, task: Task) -> dict[str, Entry]:
-        got = self._corpus.get(task.id)
-        if got is None:
-            domain = self._domains[task.domain]
-            entries = build_corpus(domain, self._database, [task], self.seed, CorpusStats())
-            got = self._corpus[task.id] = {e.family: e for e in entries if e.kind == "fault"}
-        return got
+    def _fault(self, task: Task, family: str) -> Entry | None:
+        """The corpus's ``family`` fault of ``task`` for the campaign seed (built once per process)."""
+        key = (task.id, family)
+        if key not in self._corpus:
+            if len(self._corpus) > 4096:
+                self._corpus.clear()
+            self._corpus[key] = fault_of(self._domains[task.domain], self._database, task, family, self.seed)
+        return self._corpus[key]
 
     def plan(self, view: AgentView) -> AttemptPlan:
         key = (view.uid, view.seed)
@@ -224,15 +225,15 @@ class SimulatedAgent:
             wanted = rng.choice(_GROUPS[group])
         else:
             wanted = _SIGNATURE_FAMILIES[signature][0]
-        faults = self._faults(task)
-        if wanted in faults:
-            entry, fallback = faults[wanted], None
-        else:
-            same = [f for f in _SIGNATURE_FAMILIES[signature] if f in faults]
-            pool = same or sorted(faults)
-            if not pool:
+        entry, fallback = self._fault(task, wanted), None
+        if entry is None:
+            same = [f for f in _SIGNATURE_FAMILIES[signature] if f != wanted]
+            others = [f for f in FAMILIES if f not in same and f != wanted]
+            rng.shuffle(same)
+            rng.shuffle(others)
+            entry = next((e for f in [*same, *others] if (e := self._fault(task, f)) is not None), None)
+            if entry is None:
                 return AttemptPlan(golden, signature, None, fallback=f"{wanted}: no fault of this task fails")
-            entry = faults[rng.choice(pool)]
             fallback = f"{wanted} -> {entry.family}"
         calls = tuple(ToolInteraction(tool=c["tool"], parameters=c["arguments"]) for c in entry.calls)
         return AttemptPlan(calls, signature, entry.family, fallback=fallback)
