@@ -15,6 +15,7 @@ parameters.
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,8 @@ class LiftSpec:
     policy_dir: str
     reviewer: str
     data: str | None = None
+    tasks: str | None = None
+    """A glob over the task uids (None: every task of the domains)."""
 
 
 def parse_sweep(spec: str) -> tuple[str, tuple[float, ...]]:
@@ -73,10 +76,15 @@ def _stem(kind: str, value: float) -> str:
     return f"{kind}-{value:g}"
 
 
-def _run_one(config: CampaignConfig, workers: int, out: Path, console: Console) -> Tally:
+def _run_one(config: CampaignConfig, workers: int, out: Path, console: Console, glob: str | None) -> Tally:
     probe = Worker(config)
     try:
-        config = CampaignConfig(**{**config.__dict__, "task_ids": tuple(probe.tasks)})
+        chosen = tuple(probe.tasks)
+        if glob is not None:
+            chosen = tuple(uid for uid in chosen if fnmatch.fnmatchcase(uid, glob))
+            if not chosen:
+                raise ValueError(f"--tasks {glob!r}: matches no task")
+        config = CampaignConfig(**{**config.__dict__, "task_ids": chosen})
         probe.config = config
         jobs = [(key, config.arms) for key in probe.units()]
         tally = Tally(config.arms)
@@ -146,7 +154,7 @@ def _summary(
         f"environment_share={profile.failure_mix.environment_share:g}; fit "
         f"{profile.fit.method if profile.fit else 'none'}",
         f"- campaign: seed {spec.seed}, {spec.repeat} repeats, arms {spec.arms}, reviewer {spec.reviewer}, "
-        f"domains {', '.join(spec.domains) or 'all'}",
+        f"domains {', '.join(spec.domains) or 'all'}" + (f", tasks {spec.tasks}" if spec.tasks else ""),
         "- cost: simulated usage at the published campaign cost (no token was spent)",
         "",
         "![simulated: pass@1 and wrong-commit rate over the feedback parameter](curves.png)",
@@ -235,7 +243,7 @@ def run_lift(spec: LiftSpec, profile: Profile, out: Path, console: Console) -> s
             feedback=_changes(spec.kind, value),
         )
         path = out / f"{stem}.jsonl"
-        _run_one(config, spec.workers, path, console)
+        _run_one(config, spec.workers, path, console, spec.tasks)
         rows = read_campaign_results([path])
         write_report(rows, out / stem, prices)
         results[value] = aggregate(rows, prices)

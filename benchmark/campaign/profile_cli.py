@@ -23,7 +23,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from benchmark.campaign.profiles import (
-    FEEDBACK_KINDS,
     FeedbackSpecError,
     Profile,
     ProfileError,
@@ -113,6 +112,7 @@ def register(app: typer.Typer) -> None:
         ),
         repeat: Annotated[int, typer.Option("--repeat", min=1, help="Attempts per task and arm.")] = 20,
         domain: Annotated[list[str] | None, typer.Option("--domain", help="Domain(s) (repeatable).")] = None,
+        tasks: Annotated[str | None, typer.Option("--tasks", help="A glob over the task uids.")] = None,
         workers: Annotated[int, typer.Option("--workers", min=1, help="Worker processes.")] = 1,
         seed: Annotated[int, typer.Option("--seed", help="Campaign seed (propensities, plans).")] = 0,
         policy_dir: Annotated[Path, typer.Option("--policy-dir", help="Packs.")] = Path("policies"),
@@ -122,13 +122,34 @@ def register(app: typer.Typer) -> None:
         data: Annotated[str | None, typer.Option("--data", help="Benchmark data (see README).")] = None,
     ) -> None:
         """The campaign of a simulated profile over the arms, swept over a feedback parameter."""
+        from benchmark.campaign.arms import ArmError, parse_arms
         from benchmark.campaign.lift import LiftSpec, parse_sweep, run_lift
+        from benchmark.campaign.surfaces import REVIEWERS
+        from benchmark.envs import DOMAINS
 
         try:
             kind, values = parse_sweep(sweep)
             fitted = load_profile(profile, fitted=True)
-        except (ProfileError, FeedbackSpecError) as exc:
+            parse_arms(arms)
+        except (ProfileError, FeedbackSpecError, ArmError) as exc:
             _fail(str(exc))
+        if reviewer not in REVIEWERS:
+            _fail(f"--reviewer: unknown policy {reviewer!r}; known: {', '.join(REVIEWERS)}")
+        unknown = [d for d in domain or [] if d not in DOMAINS]
+        if unknown:
+            _fail(f"--domain: unknown domain(s) {', '.join(unknown)}; known: {', '.join(sorted(DOMAINS))}")
+        if tasks is not None:
+            import fnmatch
+
+            chosen = [
+                uid
+                for d, uids in _uids_by_domain(data).items()
+                if not domain or d in domain
+                for uid in uids
+                if fnmatch.fnmatchcase(uid, tasks)
+            ]
+            if not chosen:
+                _fail(f"--tasks {tasks!r}: matches no task (in the chosen domains)")
         if out.exists() and any(out.iterdir()):
             _fail(f"{out} exists and is not empty; choose another --out")
         spec = LiftSpec(
@@ -143,6 +164,7 @@ def register(app: typer.Typer) -> None:
             policy_dir=str(policy_dir),
             reviewer=reviewer,
             data=data,
+            tasks=tasks,
         )
         started = time.perf_counter()
         try:
@@ -151,6 +173,3 @@ def register(app: typer.Typer) -> None:
             _fail(str(exc))
         print(f"{summary} ({time.perf_counter() - started:.0f} s)")
         sys.stdout.flush()
-
-
-__all__ = ["FEEDBACK_KINDS", "calibrate_profile", "register"]
