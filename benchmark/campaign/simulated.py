@@ -14,8 +14,9 @@ profile's mix, instantiated as a concrete fault:
 
 ====================  ===============================================================================
 tool_usage            an upstream environment fault (``environment_share`` of them: a 503, 429 or
-                      refused connection on one golden write, raised before the upstream runs it;
-                      the next try succeeds), else the corpus's ``bad_argument`` mutation
+                      refused connection on one golden write that the judge needs, raised before
+                      the upstream runs it; the next try succeeds), else the corpus's
+                      ``bad_argument`` mutation
 wrong_state_update    a corpus mutation of the clean-failure shares: wrong values → ``wrong_value`` or
                       ``wrong_record``; extra effects → ``extra_write`` or ``duplicate_write``;
                       missing effects → ``missing_write``
@@ -60,7 +61,7 @@ from benchmark.campaign.calibrate import draw_propensities
 from benchmark.campaign.corpus import FAMILIES, Entry, fault_of
 from benchmark.campaign.profiles import Profile
 from benchmark.campaign.results import ParallelToolCall, Text, ToolCall, ToolResponse, Usage
-from benchmark.envs import Database, Domain
+from benchmark.envs import Database, Domain, Environment
 from benchmark.tasks import Task, ToolInteraction
 from guard.faults import FaultInjector, FaultPlan, InjectedFault
 from guard.session import Executor, ToolResult
@@ -177,6 +178,7 @@ class SimulatedAgent:
         per_task = profile.published.campaign_cost_usd * len(tasks) / 507
         self.tokens_per_turn = round(per_task / turns / PRICE_PER_MTOK * 1_000_000)
         self._corpus: dict[tuple[str, str], Entry | None] = {}
+        self._needed_writes: dict[tuple[str, int], bool] = {}
         self._plans: dict[tuple[str, int], AttemptPlan] = {}
         self._playing: dict[int, _Play] = {}
         """The attempt in flight (one at a time per process), for :meth:`after_commit_refused`."""
@@ -193,6 +195,21 @@ class SimulatedAgent:
                 self._corpus.clear()
             self._corpus[key] = fault_of(self._domains[task.domain], self._database, task, family, self.seed)
         return self._corpus[key]
+
+    def _needed(self, task: Task, index: int) -> bool:
+        """Whether the golden calls without call ``index`` fail the judge unguarded (an upstream fault
+        there, ignored, then fails the attempt in ``off``)."""
+        key = (task.id, index)
+        if key not in self._needed_writes:
+            calls = [c for i, c in enumerate(task.answer.golden_tool_interactions) if i != index]
+            assert task.answer.expected is not None
+            with Environment(self._domains[task.domain], self._database) as env:
+                env.apply_patch(task.data_patch)
+                for call in calls:
+                    env.call_tool(call.tool, call.parameters)
+                passed = env.state_hash() == task.answer.expected.golden_db_hash
+            self._needed_writes[key] = not passed
+        return self._needed_writes[key]
 
     def plan(self, view: AgentView) -> AttemptPlan:
         key = (view.uid, view.seed)
@@ -215,10 +232,11 @@ class SimulatedAgent:
         if signature == "no_state_change":
             return AttemptPlan(tuple(c for c in golden if not tools[c.tool].writes), signature, "reads_only")
         if signature == "tool_usage" and writes and rng.random() < mix.environment_share:
-            index = rng.choice(writes)
             kinds = mix.environment_kinds
             kind = rng.choices(list(kinds), weights=list(kinds.values()))[0]
-            return AttemptPlan(golden, signature, "environment", env_fault=(index, kind))
+            index = next((i for i in rng.sample(writes, len(writes)) if self._needed(task, i)), None)
+            if index is not None:
+                return AttemptPlan(golden, signature, "environment", env_fault=(index, kind))
         if signature == "wrong_state_update":
             clean = mix.clean.model_dump()
             group = rng.choices(list(_GROUPS), weights=[clean[g] for g in _GROUPS])[0]
