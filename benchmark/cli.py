@@ -635,14 +635,16 @@ def replay_command(
 
 
 def _mount_campaign() -> None:
-    """``bench run`` (benchmark.campaign.cli), ``bench agg|sbs|report`` (benchmark.campaign.analysis_cli)."""
+    """``bench run`` (benchmark.campaign.cli), ``bench agg|sbs|report`` (benchmark.campaign.analysis_cli),
+    ``bench faults`` (corpus_cli), ``bench calibrate|lift`` (profile_cli), ``bench chaos`` (chaos_cli)."""
     from benchmark import chaos_cli
-    from benchmark.campaign import analysis_cli, cli, corpus_cli
+    from benchmark.campaign import analysis_cli, cli, corpus_cli, profile_cli
 
     chaos_cli.register(bench_app)
     cli.register(bench_app)
     analysis_cli.register(bench_app)
     corpus_cli.register(bench_app)
+    profile_cli.register(bench_app)
 
 
 _mount_campaign()

@@ -12,7 +12,13 @@ the simulated user, and the results of the calls it makes through :class:`Tools`
   reacted. Trajectories come from a ThinkingBox results JSONL (tool calls read from ``messages``) or from
   ``{uid, calls: [{tool, arguments}]}`` lines.
 
-Simulated profiles and the LLM agent plug in here next: implement :class:`Agent`.
+* :class:`~benchmark.campaign.simulated.SimulatedAgent` plays a calibrated profile closed loop.
+
+Two optional hooks an agent may define, which the runner calls when present: ``upstream(view,
+execute) -> Executor`` (the attempt's upstream, e.g. with the agent's own environment fault) and
+``after_commit_refused(view, transcript, message) -> bool`` (the orchestrator's commit was refused; True
+when the agent made further calls in the same session and asks for the commit again). An agent with
+``untimed = True`` gets rows without wall times (byte-identical for the same seed).
 """
 
 from __future__ import annotations
@@ -110,6 +116,8 @@ class Transcript:
     guard asks for nothing to be committed: it stopped where the agent would have had to react)."""
     stopped_at: str | None = None
     """An open-loop replay: the call the guard stopped (``tool: verdict``)."""
+    notes: dict[str, Any] | None = None
+    """What the agent records about itself on the row (``metadata.simulated`` for a simulated agent)."""
 
 
 class Agent(Protocol):
@@ -270,4 +278,4 @@ class ReplayAgent:
         return _play(view, tools, self.trajectories[view.case].calls, stop=True)
 
 
-AGENTS = ("oracle", "replay")
+AGENTS = ("oracle", "replay", "simulated")

@@ -35,6 +35,7 @@ from rich.text import Text
 
 from benchmark.campaign.agents import AGENTS
 from benchmark.campaign.arms import ARMS, ArmError, parse_arms
+from benchmark.campaign.profiles import FeedbackSpecError, ProfileError, load_profile, parse_feedback
 from benchmark.campaign.results import ResultsError, iter_results
 from benchmark.campaign.runner import (
     RUBRICS_NOT_JUDGED,
@@ -93,7 +94,7 @@ def _row_key(metadata: dict[str, Any], uid: str) -> RowKey | None:
     return (uid, trajectory if isinstance(trajectory, str) else None, rep, arm)
 
 
-def _resume(out: Path, config: CampaignConfig) -> tuple[list[AttemptSummary], set[RowKey]]:
+def _resume(out: Path, config: CampaignConfig, agent: str) -> tuple[list[AttemptSummary], set[RowKey]]:
     """The rows of ``out`` to keep and their keys; rows of another agent or seed are an error."""
     keep: list[AttemptSummary] = []
     keys: set[RowKey] = set()
@@ -102,7 +103,7 @@ def _resume(out: Path, config: CampaignConfig) -> tuple[list[AttemptSummary], se
         key = _row_key(row.metadata, row.uid)
         if key is None:
             raise ResultsError(f"{out}:{number}: field metadata: not a `bench run` row (no repetition/arm)")
-        for name, want in (("agent", config.agent), ("seed", config.seed)):
+        for name, want in (("agent", agent), ("seed", config.seed)):
             if row.metadata.get(name) != want:
                 raise ResultsError(
                     f"{out}:{number}: field metadata.{name}: {row.metadata.get(name)!r} differs from this "
@@ -150,6 +151,7 @@ def _run_metadata(
             "faults": config.faults,
             "reviewer": config.reviewer,
             "trajectories": config.trajectories,
+            "simulated": _simulated(worker),
             "policy_dir": config.policy_dir,
             "db": "postgresql" if (config.db or "").startswith("postgresql") else "sqlite (in memory)",
             "workers": workers,
@@ -167,6 +169,16 @@ def _run_metadata(
         "attempts_in_file": sum(tally.attempts.values()),
         "peak_rss_mib": _peak_rss(),
     }
+
+
+def _simulated(worker: Worker) -> dict[str, Any] | None:
+    """A simulated agent's parameters (LIFT.md: a simulated figure states them)."""
+    from benchmark.campaign.simulated import SimulatedAgent
+
+    agent = worker.agent
+    if not isinstance(agent, SimulatedAgent):
+        return None
+    return agent.profile.parameters() | {"label": "simulated"}
 
 
 def _peak_rss() -> dict[str, float]:
@@ -219,6 +231,18 @@ def register(app: typer.Typer) -> None:
         ] = False,
         data: Annotated[str | None, typer.Option("--data", help="Benchmark data (see README).")] = None,
         db: Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL for environments.")] = None,
+        profile: Annotated[
+            str | None,
+            typer.Option("--profile", help="--agent simulated: a profile name (or .yaml file), fitted."),
+        ] = None,
+        feedback: Annotated[
+            str | None,
+            typer.Option(
+                "--feedback",
+                help="--agent simulated: feedback probabilities replacing the profile's, e.g. "
+                "classified_hint=0.5,policy_violation=0.5 (feedback=P sets the four guard kinds).",
+            ),
+        ] = None,
     ) -> None:
         """Run agents × arms × repeats over the tasks; one ThinkingBox-compatible row per attempt."""
         console = Console(stderr=True)
@@ -231,6 +255,16 @@ def register(app: typer.Typer) -> None:
             raise fail(f"--agent: unknown agent {agent!r}; known: {', '.join(AGENTS)}")
         if (agent == "replay") != (trajectories is not None):
             raise fail("--trajectories goes with --agent replay, and --agent replay needs it")
+        if (agent == "simulated") != (profile is not None):
+            raise fail("--profile goes with --agent simulated, and --agent simulated needs it")
+        if feedback is not None and agent != "simulated":
+            raise fail("--feedback goes with --agent simulated")
+        try:
+            changes = parse_feedback(feedback) if feedback is not None else ()
+            if profile is not None:
+                load_profile(profile, fitted=True).with_feedback(**dict(changes))
+        except (ProfileError, ValueError) as exc:
+            raise fail(f"--{'feedback' if isinstance(exc, FeedbackSpecError) else 'profile'}: {exc}") from exc
         if reviewer not in REVIEWERS:
             raise fail(f"--reviewer: unknown policy {reviewer!r}; known: {', '.join(REVIEWERS)}")
         unknown = [d for d in domain or [] if d not in DOMAINS]
@@ -260,6 +294,8 @@ def register(app: typer.Typer) -> None:
             trajectories=str(trajectories) if trajectories is not None else None,
             data=data,
             db=db,
+            profile=profile,
+            feedback=changes,
         )
         try:
             probe = Worker(base)
@@ -272,7 +308,7 @@ def register(app: typer.Typer) -> None:
         done: set[RowKey] = set()
         if resume and out.exists():
             try:
-                kept, done = _resume(out, config)
+                kept, done = _resume(out, config, probe.agent.name)
             except ResultsError as exc:
                 probe.close()
                 raise fail(str(exc)) from exc

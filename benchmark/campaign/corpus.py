@@ -384,3 +384,17 @@ def measure(corpus: Path, results: Path) -> dict[tuple[str, str, str], FamilyFig
         if cell == "missed":
             figures.misses.append(f"{row.uid} [{entry.get('family')}] {entry.get('note')}")
     return dict(out)
+
+
+def fault_of(domain: Domain, database: Database, task: Task, family: str, seed: int) -> Entry | None:
+    """The ``family`` mutation of ``task`` exactly as :func:`build_corpus` makes it for ``seed``, or None
+    where the family does not apply to the task or its mutation still passes the judge unguarded."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
+    mutated = _mutate(_context(domain, database, task), family, _seed(seed, task.id, family))
+    if mutated is None:
+        return None
+    calls, index, note = mutated
+    if _replay(domain, database, task, calls):
+        return None
+    return Entry(task.id, "fault", family, index, note, calls)

@@ -199,7 +199,21 @@ def _lift(agg: Aggregate) -> Figure:
 _DRAW = {"outcomes.png": _outcomes, "pass_at_k.png": _pass_at_k, "domains.png": _domains, "lift.png": _lift}
 
 
-def _markdown(agg: Aggregate) -> str:
+def simulated_parameters(rows: Iterable[DecodeResult]) -> list[str]:
+    """The distinct simulated-agent parameters the rows state (``metadata.simulated``), one line each:
+    ``profile: feedback k=v ...``. LIFT.md: a simulated figure is never printed without them."""
+    seen: dict[str, None] = {}
+    for row in rows:
+        notes = row.metadata.get("simulated")
+        if not isinstance(notes, dict):
+            continue
+        feedback = notes.get("feedback") or {}
+        text = " ".join(f"{k}={v:g}" for k, v in feedback.items() if isinstance(v, int | float))
+        seen.setdefault(f"{notes.get('profile')}: feedback {text}", None)
+    return list(seen)
+
+
+def _markdown(agg: Aggregate, parameters: list[str] | None = None) -> str:
     labels = []
     if any(a.upper_bound for a in agg.arms):
         labels.append(
@@ -209,10 +223,12 @@ def _markdown(agg: Aggregate) -> str:
     if any(a.simulated for a in agg.arms):
         labels.append(
             "- **(simulated)**: a simulated agent profile, not a model; its figures depend on the profile's "
-            "feedback parameters."
+            "feedback parameters:"
         )
+        labels += [f"  - `{p}`" for p in parameters or ["(the rows state no parameters)"]]
+    simulated = any(a.simulated for a in agg.arms)
     out = [
-        "# Lift campaign report",
+        "# Lift campaign report" + (" (simulated)" if simulated else ""),
         "",
         "Every figure and table below comes from one `bench agg` aggregate of these results.",
         "",
@@ -246,7 +262,9 @@ def write_report(rows: Iterable[DecodeResult], out_dir: Path, prices: PriceTable
     Everything is computed and drawn in a temporary directory beside ``out_dir`` first; on any error it
     is removed, ``out_dir`` is left untouched and the error propagates.
     """
+    rows = list(rows)
     agg = aggregate(rows, prices)
+    parameters = simulated_parameters(rows)
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = out_dir.parent / f".{out_dir.name}-{uuid.uuid4().hex[:12]}"
@@ -254,7 +272,7 @@ def write_report(rows: Iterable[DecodeResult], out_dir: Path, prices: PriceTable
     try:
         for name, draw in _DRAW.items():
             draw(agg).savefig(staging / name)
-        (staging / "report.md").write_text(_markdown(agg), encoding="utf-8")
+        (staging / "report.md").write_text(_markdown(agg, parameters), encoding="utf-8")
         if not out_dir.exists():
             staging.rename(out_dir)
         else:

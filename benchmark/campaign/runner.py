@@ -95,6 +95,10 @@ class CampaignConfig:
     trajectories: str | None = None
     data: str | None = None
     db: str | None = None
+    profile: str | None = None
+    """--agent simulated: the profile's name or file."""
+    feedback: tuple[tuple[str, float], ...] = ()
+    """--agent simulated: feedback probabilities replacing the profile's."""
 
 
 @dataclass(frozen=True)
@@ -174,7 +178,7 @@ class Worker:
             self.packs[name] = domain_pack(Path(config.policy_dir), self.domains[name])
             self.versions[name] = policy_version(self.packs[name])
         self.arms = [ARMS[a] for a in config.arms]
-        self.agent = make_agent(config, self.bench, set(self.tasks))
+        self.agent = make_agent(config, self.bench, set(self.tasks), self.database)
         self.plan = FaultPlan.parse(config.faults, seed=config.seed) if config.faults else None
         self._store_dir = store_dir
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -253,6 +257,9 @@ class Worker:
                 injector = FaultInjector(timed, self.plan, clock=clock, rng=random.Random(seed))  # noqa: S311
                 execute = injector
             view = self._view(task, env, key, seed)
+            upstream = getattr(self.agent, "upstream", None)
+            if upstream is not None:
+                execute = upstream(view, execute)
             facts: GuardFacts | None = None
             delta: dict[str, Any] | None = None
             if not arm.guarded:
@@ -262,10 +269,11 @@ class Worker:
             judged = self._judge(task, env)
             if not judged.passed:
                 delta = state_delta(initial, env.stable_state(), domain.tables)
-            if facts is not None:
+            if facts is not None and not getattr(self.agent, "untimed", False):
                 spent = time.perf_counter() - started
                 facts.added_ms = round(max(spent - timed.seconds, 0.0) * 1000, 3)
             faults = len(injector.injected) if injector is not None else 0
+            faults += len(getattr(execute, "injected", ())) if execute is not injector else 0
         return _Attempt(arm, transcript, judged, facts, faults, delta, time.perf_counter() - started)
 
     def _guarded(
@@ -308,12 +316,25 @@ class Worker:
         transcript = self.agent.run(view, tools)
         facts = GuardFacts()
         commit_violations: list[dict[str, Any]] = []
+        refused_once = False
         if transcript.commit:
             commit = session.commit()
+            react = getattr(self.agent, "after_commit_refused", None)
+            if not commit.committed and react is not None:
+                from proxy.server import render_commit
+
+                rendered = render_commit(commit, session.session_id)
+                text = "\n".join(block.text for block in rendered.content if block.type == "text")
+                if react(view, transcript, text):
+                    refused_once = True
+                    commit_violations = [
+                        {"rule_id": v.rule_id, "tool": None, "phase": "at_commit"} for v in commit.violations
+                    ]
+                    commit = session.commit()
             facts.committed = commit.committed
             facts.committed_changes = len(commit.changes) if commit.committed else 0
             facts.commit_refused = not commit.committed
-            commit_violations = [
+            commit_violations += [
                 {"rule_id": v.rule_id, "tool": None, "phase": "at_commit"} for v in commit.violations
             ]
             if not commit.committed:
@@ -337,13 +358,13 @@ class Worker:
                 "pending": sum(1 for i in requested if gate.store.get(i).state.value == "pending"),
             }
         stops = [o for o in tools.final if o.verdict in (Verdict.REFUSED, Verdict.ROLLED_BACK, Verdict.HELD)]
-        facts.intervened = bool(stops) or facts.commit_refused
+        facts.intervened = bool(stops) or facts.commit_refused or refused_once
         facts.failed_calls = sum(1 for o in tools.final if o.verdict is Verdict.FAILED)
         if stops:
             first = stops[0]
             rule = first.violations[0].rule_id if first.violations else first.error_class
             facts.first_intervention = f"{first.call.tool}: {first.verdict.value} ({rule})"
-        elif facts.commit_refused:
+        elif facts.commit_refused or refused_once:
             facts.first_intervention = f"commit: refused ({commit_violations[0]['rule_id']})"
         return transcript, facts
 
@@ -415,7 +436,10 @@ class Worker:
             upper_bound=arm.oracle,
         )
         metadata = self._base_metadata(task, key) | facts.model_dump(mode="json", exclude_none=True)
-        metadata["execution_time"] = round(got.seconds, 6)
+        untimed = getattr(self.agent, "untimed", False)
+        metadata["execution_time"] = 0.0 if untimed else round(got.seconds, 6)
+        if got.transcript.notes is not None:
+            metadata["simulated"] = got.transcript.notes
         test = TestResult(result=judged.passed, reward=1.0 if judged.passed else 0.0)
         if not judged.passed:
             test.tb = (
@@ -487,7 +511,9 @@ def instructions(bench: BenchData, scenario: str) -> tuple[str, ...]:
     return tuple(p for p in out if p)
 
 
-def make_agent(config: CampaignConfig, bench: BenchData, uids: set[str]) -> Agent:
+def make_agent(
+    config: CampaignConfig, bench: BenchData, uids: set[str], database: Database | None = None
+) -> Agent:
     if config.agent == "oracle":
         tasks = bench.tasks(config.domains or None)
         return OracleAgent({t.id: t.answer.golden_tool_interactions for t in tasks})
@@ -495,7 +521,19 @@ def make_agent(config: CampaignConfig, bench: BenchData, uids: set[str]) -> Agen
         if config.trajectories is None:
             raise ValueError("--agent replay needs --trajectories FILE")
         return ReplayAgent(load_trajectories(Path(config.trajectories), uids))
-    raise ValueError(f"unknown agent {config.agent!r}; known: oracle, replay")
+    if config.agent == "simulated":
+        from benchmark.campaign.profiles import load_profile
+        from benchmark.campaign.simulated import SimulatedAgent
+
+        if config.profile is None:
+            raise ValueError("--agent simulated needs --profile NAME")
+        profile = load_profile(config.profile, fitted=True)
+        if config.feedback:
+            profile = profile.with_feedback(**dict(config.feedback))
+        tasks = bench.tasks(None)
+        domains = {name: load_domain(name, bench.bundle) for name in sorted({t.domain for t in tasks})}
+        return SimulatedAgent(profile, tasks, domains, database or Database(config.db), config.seed)
+    raise ValueError(f"unknown agent {config.agent!r}; known: oracle, replay, simulated")
 
 
 # -- worker processes -----------------------------------------------------------------------------

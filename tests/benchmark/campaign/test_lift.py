@@ -1,0 +1,61 @@
+"""`bench lift`: a simulated profile swept over a feedback parameter, its reports and bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from proxy.cli import _mount_benchmark, app
+
+
+def _lift(*args: str) -> Any:
+    _mount_benchmark()
+    return CliRunner().invoke(app, ["bench", "lift", *args])
+
+
+def test_lift_writes_runs_reports_and_a_simulated_summary(tmp_path: Path) -> None:
+    out = tmp_path / "lift"
+    result = _lift(
+        "--profile", "kimi-k3", "--out", str(out), "--tasks", "*ST01[0-3]*", "--repeat", "1",
+        "--arms", "off,guard", "--sweep", "feedback=0,1",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("lift (simulated kimi-k3, feedback 0..1): guard pass@1 change ")
+    for stem in ("feedback-0", "feedback-1"):
+        assert (out / f"{stem}.jsonl").is_file()
+        report = (out / stem / "report.md").read_text(encoding="utf-8")
+        assert report.startswith("# Lift campaign report (simulated)")
+        held = "0" if stem == "feedback-0" else "1"
+        assert f"`kimi-k3: feedback raw_error=0 classified_hint={held} policy_violation={held}" in report
+    summary = (out / "summary.md").read_text(encoding="utf-8")
+    assert summary.startswith("# Simulated lift: Kimi-K3 (kimi-k3), feedback swept over 0, 1")
+    assert "fixed feedback raw_error=0; environment_share=0.2" in summary
+    assert "| guard (simulated) | 1 |" in summary
+    assert (out / "curves.png").stat().st_size > 0
+    assert (out / "prices.yaml").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--sweep", "feedback=0,2"], "feedback: 2 is outside [0, 1]"),
+        (["--sweep", "feedback"], "expected KIND=v1,v2"),
+        (["--profile", "nope"], "unknown profile 'nope'"),
+        (["--arms", "off,nope"], "unknown arm(s) nope"),
+        (["--reviewer", "maybe"], "--reviewer: unknown policy 'maybe'"),
+        (["--tasks", "no-such-*"], "matches no task"),
+    ],
+)
+def test_bad_input_writes_nothing(tmp_path: Path, args: list[str], message: str) -> None:
+    out = tmp_path / "lift"
+    base = {"--profile": "opus-5", "--sweep": "feedback=0,1"}
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        base[flag] = value
+    result = _lift("--out", str(out), *[x for kv in base.items() for x in kv])
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.split())
+    assert not out.exists()
