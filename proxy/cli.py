@@ -185,8 +185,8 @@ def serve(
     from guard.policy import PolicyError
     from proxy.app import run_http, run_stdio
     from proxy.config import ConfigError, ProxyConfig
-    from proxy.ledger import LedgerError
     from proxy.held import NoReviewerError
+    from proxy.ledger import LedgerError
     from proxy.upstreams import UpstreamError
 
     try:

@@ -337,6 +337,8 @@ def render_outcome(
 
 _GONE_RULES = frozenset({"changes_lost", "session_rolled_back", "commit_failed", "partial_commit"})
 """Refusals after which the refused changes are not pending any more (they were rolled back)."""
+
+
 def _applied_note(tool: str, upstream: str) -> types.TextContent:
     text = (
         f"[shadowguard] {tool} is already applied: the upstream {upstream!r} cannot hold changes until "
