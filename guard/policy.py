@@ -243,6 +243,20 @@ class PolicyPack:
                 return rule
         return None
 
+    def body_counts(self) -> dict[str, int]:
+        """How many rules have each body (``forbid``, ``require``, ``python``, ``sql``); v1 packs have
+        only ``sql`` and ``python``."""
+        counts = dict.fromkeys(("forbid", "require", "python", "sql"), 0)
+        rules = getattr(self.document, "rules", None)
+        if rules is None:
+            for check in self.model.checks:
+                counts["python" if check.python is not None else "sql"] += 1
+            return counts
+        for rule in rules:
+            kind = next(k for k in counts if getattr(rule, k) is not None)
+            counts[kind] += 1
+        return counts
+
     def retry_for(self, tool: str) -> RetryRule | None:
         return next((r for r in self.model.retry if r.tool == tool), None)
 

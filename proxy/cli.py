@@ -156,6 +156,22 @@ def _summary(path: Path, policy: PolicyPack, domain: str | None) -> str:
     against = (
         f"checked against {domain}" if domain else "no --domain: tables, columns and tool names not checked"
     )
+    if model.version == 2:
+        bodies = policy.body_counts()
+        shape = ", ".join(f"{n} {kind}" for kind, n in bodies.items() if n)
+        typing = (
+            "args typed from the tools' input schemas"
+            if policy.typed
+            else "args untyped: no tool schemas known (pass --domain)"
+        )
+        return (
+            f"{path}: ok: pack {model.name!r} (format v2): {len(policy.checks)} rules ({counts}; {shape}), "
+            f"approval rules {len(model.approvals)} ({len(policy.conditions)} with conditions), "
+            f"{len(model.tools.effects)} tools with an effect, {allowed} on the surface"
+            f"{f', {len(policy.hidden)} hidden' if policy.hidden else ''}, "
+            f"retry overrides {len(model.retry)}, {len(policy.document.tables)} table aliases; "
+            f"{typing}; {against}"
+        )
     return (
         f"{path}: ok: pack {model.name!r}: {len(policy.checks)} checks ({counts}), "
         f"approval rules {len(model.approvals)}, retry overrides {len(model.retry)}, "

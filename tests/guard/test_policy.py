@@ -696,7 +696,7 @@ def test_cli_check_valid_packs(bench: BenchData) -> None:
     result = _check(str(RETAIL_PACK), "--domain", RETAIL, "--data", str(bench.bundle))
     assert result.exit_code == 0, result.output
     (line,) = result.output.strip().splitlines()
-    assert line.startswith(f"{RETAIL_PACK}: ok: pack 'sandbox_external_retail': ")
+    assert line.startswith(f"{RETAIL_PACK}: ok: pack 'sandbox_external_retail' (format v2): ")
     assert f"checked against {RETAIL}" in line
     result = _check(str(EXAMPLE_PACK))
     assert result.exit_code == 0, result.output
