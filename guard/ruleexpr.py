@@ -424,7 +424,8 @@ def _validate(select: exp.Select, scope: Scope) -> None:
     mapping: dict[str, object] | None = None
     if scope.columns is not None:
         mapping = {t: dict(cols) for t, cols in scope.columns.items()}
-        missing = sorted({t.name for t in select.find_all(exp.Table)} - set(mapping))
+        ctes = {c.alias_or_name for c in select.find_all(exp.CTE)}
+        missing = sorted({t.name for t in select.find_all(exp.Table)} - ctes - set(mapping))
         if missing:
             alias = next((a for a, p in scope.aliases.items() if p == missing[0]), missing[0])
             raise ExprError(f"table alias {alias!r} names {missing[0]!r}, which does not exist", alias)

@@ -65,12 +65,22 @@ def check(
     require_coverage: Annotated[
         bool, typer.Option("--require-coverage", help="With --test: fail when a rule has no case.")
     ] = False,
+    migrate: Annotated[
+        bool,
+        typer.Option(
+            "--migrate",
+            help="Print the pack (format v1) migrated to format v2 on stdout, instead of the summary.",
+        ),
+    ] = False,
 ) -> None:
     """Load and validate a policy pack (docs/policies.md); exit 1 naming file, rule and line if invalid."""
     from guard.policy import PolicyError, load_policy
 
     if pack.is_dir():
         pack = pack / "policy.yaml"
+    if migrate:
+        _migrate(pack)
+        return
     if test and domain is None:
         try:
             domain = load_policy(pack).model.domain
@@ -89,6 +99,18 @@ def check(
     if test:
         assert domain is not None
         _run_pack_tests(pack, policy, domain, data, require_coverage=require_coverage)
+
+
+def _migrate(pack: Path) -> None:
+    from guard.packmigrate import MigrationError
+    from guard.packmigrate import migrate as to_v2
+    from guard.policy import PolicyError, load_policy
+
+    try:
+        typer.echo(to_v2(load_policy(pack)), nl=False)
+    except (PolicyError, MigrationError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
 
 
 def _run_pack_tests(

@@ -538,3 +538,38 @@ def test_the_retail_pack_is_v2_and_says_what_check_prints(bench: Any) -> None:
     text = (RETAIL_PACK / "policy.yaml").read_text(encoding="utf-8")
     assert "CAST(" not in text and "0.0101" not in text and "COALESCE(:" not in text
     assert "external_retail_toolset_" not in text.split("tables:")[1].split("surface:")[1]
+
+
+# -- check --migrate ------------------------------------------------------------------------------------
+def test_migrate_turns_a_v1_pack_into_an_equivalent_v2_pack(tmp_path: Path) -> None:
+    from proxy.demo.server import TOOLS, metadata
+
+    refs: dict[str, Any] = {
+        "schema": {name: [c.name for c in table.columns] for name, table in metadata.tables.items()},
+        "tools": [t.name for t in TOOLS],
+        "tool_schemas": {t.name: t.input_schema for t in TOOLS},
+    }
+    example = ROOT / "policies" / "example" / "policy.yaml"
+    result = CliRunner().invoke(app, ["check", str(example), "--migrate"])
+    assert result.exit_code == 0, result.output
+    migrated = _write(tmp_path, result.output)
+    old, new = load_policy(example, **refs), load_policy(migrated, **refs)
+    assert new.model.version == 2
+    assert [(c.id, c.phase) for c in new.checks] == [(c.id, c.phase) for c in old.checks]
+    assert new.model.tools.effects == old.model.tools.effects
+    assert [t for t in refs["tools"] if new.allows(t)] == [t for t in refs["tools"] if old.allows(t)]
+    assert [(r.tool, r.max_attempts, r.idempotent) for r in new.model.retry] == [
+        (r.tool, r.max_attempts, r.idempotent) for r in old.model.retry
+    ]
+    assert new.model.approvals[0].when == "args.amount > 1000"
+
+    def query(sql: str, params: Any) -> list[dict[str, Any]]:
+        return [{"held": True}] if params["amount"] > 1000 else []
+
+    for amount in (80, 1500):
+        rule = new.approval_for("transfer_funds", EffectClass.IRREVERSIBLE, {"amount": amount}, query)
+        before = old.approval_for("transfer_funds", EffectClass.IRREVERSIBLE, {"amount": amount})
+        assert (rule is None) == (before is None), amount
+
+    again = CliRunner().invoke(app, ["check", str(migrated), "--migrate"])
+    assert again.exit_code == 1 and "already format v2" in again.output
