@@ -231,6 +231,10 @@ def load_v2(
     columns = _columns(schema, column_types)
     _check_tables(doc, schema, where)
     entries = doc.entries()
+    if tools is not None:
+        for tool in entries:
+            if tool not in tools:
+                raise where.fail(("tools", tool), f"tools.{tool}", f"unknown tool {tool!r}")
     if doc.surface == "listed":
         for i, rule in enumerate(doc.rules):
             for j, tool in enumerate(rule.tools or ()):

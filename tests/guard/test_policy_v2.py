@@ -372,6 +372,17 @@ def test_bad_approval_condition_names_the_approval(tmp_path: Path) -> None:
     assert "has no argument 'total'" in str(info.value)
 
 
+def test_unknown_tool_entry(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "version: 2\nname: t\nsurface: all\ntools:\n  get_order: read\n  get_ordr: {visible: false}\n",
+    )
+    with pytest.raises(PolicyError) as info:
+        _load(path)
+    assert (info.value.rule, info.value.line) == ("tools.get_ordr", 6)
+    assert "unknown tool 'get_ordr'" in str(info.value)
+
+
 def test_unknown_physical_table_of_an_alias(tmp_path: Path) -> None:
     path = _write(tmp_path, "version: 2\nname: t\ntables:\n  orders: shop_orders\n  gone: shop_gone\n")
     with pytest.raises(PolicyError) as info:
