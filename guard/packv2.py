@@ -35,6 +35,7 @@ those marked ``visible: false``. Errors are :class:`~guard.policy.PolicyError` n
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -243,8 +244,10 @@ def load_v2(
                         ("rules", i, "tools", j), rule.id, f"tool {tool!r} is not listed under 'tools:'"
                     )
 
+    base = Scope(aliases=doc.tables, columns=columns, tool_schemas=tool_schemas)
+
     def scope(rule_tools: Sequence[str] | None) -> Scope:
-        return Scope(aliases=doc.tables, columns=columns, tools=rule_tools, tool_schemas=tool_schemas)
+        return dataclasses.replace(base, tools=rule_tools)
 
     checks: list[CheckRule] = []
     compiled: dict[str, Compiled] = {}
@@ -312,7 +315,7 @@ def load_v2(
         path=path,
         lines=_v1_lines(doc, entries, approval_locs, where),
         blocks={},
-        schema=schema,
+        schema=None,  # every SQL text was validated against the schema above (ruleexpr)
         tools=tools,
         tool_arguments=tool_arguments,
         domain=domain,
@@ -327,7 +330,6 @@ def load_v2(
             "before_call",
             c.sql,
             RuleText(message=f"approval condition of {rule_id}"),
-            schema=schema,
             arguments=c.arguments,
         )
         for rule_id, c in conditions.items()

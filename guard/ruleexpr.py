@@ -33,6 +33,7 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError, ParseError, SqlglotError
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
+from sqlglot.schema import MappingSchema
 
 ArgType = Literal["number", "integer", "boolean", "string"]
 CENT = 0.0101
@@ -178,6 +179,13 @@ class Scope:
     columns: Mapping[str, Mapping[str, str]] | None = None
     tools: Sequence[str] | None = None
     tool_schemas: Mapping[str, Mapping[str, Any]] | None = None
+    typed_schema: MappingSchema | None = None
+    """sqlglot's schema of ``columns``, built once (``dataclasses.replace`` keeps it)."""
+
+    def __post_init__(self) -> None:
+        if self.typed_schema is None and self.columns is not None:
+            mapping: dict[str, object] = {t: dict(cols) for t, cols in self.columns.items()}
+            object.__setattr__(self, "typed_schema", MappingSchema(mapping))
 
 
 @dataclass
@@ -268,7 +276,7 @@ def compile_condition(scope: Scope, when: str) -> Compiled:
 def compile_raw(scope: Scope, sql: str) -> Compiled:
     """A raw ``sql:`` rule (the escape hatch): one read-only SELECT returning the violating rows, with
     table aliases and ``args.x`` rewritten as in expressions; ``:name`` parameters are bound untyped."""
-    from guard.sqltext import SqlTextError, parse_select
+    from guard.sqltext import SqlTextError, parse_select, validate_against
 
     try:
         tree = parse_select(sql)
@@ -284,6 +292,12 @@ def compile_raw(scope: Scope, sql: str) -> Compiled:
     arguments = _rewrite(tree, scope)
     if isinstance(tree, exp.Select):
         _validate(tree, scope)
+    elif scope.columns is not None:
+        try:
+            validate_against(tree, scope.columns)
+        except SqlTextError as exc:
+            message = str(exc).splitlines()[0]
+            raise ExprError(message, _token(message)) from exc
     return Compiled(sql=tree.sql(), arguments=arguments)
 
 
@@ -421,11 +435,10 @@ def _arg_spec(name: str, scope: Scope) -> ArgSpec:
 
 def _validate(select: exp.Select, scope: Scope) -> None:
     """Tables and columns exist (with ``scope.columns``); no text is compared with a number."""
-    mapping: dict[str, object] | None = None
-    if scope.columns is not None:
-        mapping = {t: dict(cols) for t, cols in scope.columns.items()}
+    mapping = scope.typed_schema
+    if scope.columns is not None and mapping is not None:
         ctes = {c.alias_or_name for c in select.find_all(exp.CTE)}
-        missing = sorted({t.name for t in select.find_all(exp.Table)} - ctes - set(mapping))
+        missing = sorted({t.name for t in select.find_all(exp.Table)} - ctes - set(scope.columns))
         if missing:
             alias = next((a for a, p in scope.aliases.items() if p == missing[0]), missing[0])
             raise ExprError(f"table alias {alias!r} names {missing[0]!r}, which does not exist", alias)
