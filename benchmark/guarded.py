@@ -104,12 +104,27 @@ class GoldenStateCheck:
         return [Violation(rule_id=self.id, message=self.text.message)]
 
 
+# How the environments store each field kind (benchmark.envs.store), as SQL type names.
+_SQL_TYPES = {"float": "DOUBLE", "int": "BIGINT", "bool": "BOOLEAN", "list": "JSON"}
+
+
+def column_types(domain: Domain) -> dict[str, dict[str, str]]:
+    """Table -> column -> SQL type name of a domain's stored state (text unless numeric/boolean/JSON)."""
+    return {
+        name: {f.name: _SQL_TYPES.get(f.kind, "TEXT") for f in spec.fields}
+        for name, spec in domain.tables.items()
+    }
+
+
 def load_domain_policy(path: str | Path, domain: Domain) -> PolicyPack:
-    """Load a policy pack validated against a domain: tables and columns, tool names, tool arguments."""
+    """Load a policy pack validated against a domain: tables and columns (with their types), tool names,
+    tool arguments (typed from the tools' input schemas)."""
     return load_policy(
         path,
         schema={name: list(spec.field_names) for name, spec in domain.tables.items()},
         tools=list(domain.tools),
         tool_arguments={name: set(t.input_schema.get("properties", {})) for name, t in domain.tools.items()},
         domain=domain.name,
+        tool_schemas={name: t.input_schema for name, t in domain.tools.items()},
+        column_types=column_types(domain),
     )

@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol
 from sqlglot import exp
 
 from guard.models import ChangeSet, PolicySource, ToolCall, Violation
+from guard.ruleexpr import ArgSpec
 from guard.sqltext import parse_select, transpile, validate_against
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,11 @@ class RuleText:
 
 @dataclass
 class SqlCheck:
-    """A SELECT that returns the violating rows; validated and transpiled once, when the pack loads."""
+    """A SELECT that returns the violating rows; validated and transpiled once, when the pack loads.
+
+    ``arguments`` types the ``:name`` parameters of a v2 rule (guard.ruleexpr): each is bound as its
+    schema type, an absent one as its schema default; untyped parameters are bound as sent (v1).
+    """
 
     id: str
     phase: Phase
@@ -69,6 +74,7 @@ class SqlCheck:
     tools: frozenset[str] | None = None
     dialect_sql: dict[str, str] = field(default_factory=dict)
     parameters: tuple[str, ...] = ()
+    arguments: Mapping[str, ArgSpec] = field(default_factory=dict)
 
     @classmethod
     def compile(
@@ -81,6 +87,7 @@ class SqlCheck:
         tools: Iterable[str] | None = None,
         schema: Mapping[str, Sequence[str]] | None = None,
         dialects: Sequence[str] = ("sqlite", "postgresql"),
+        arguments: Mapping[str, ArgSpec] | None = None,
     ) -> SqlCheck:
         tree = parse_select(sql)
         if schema is not None:
@@ -94,6 +101,7 @@ class SqlCheck:
             tools=frozenset(tools) if tools is not None else None,
             dialect_sql={d: transpile(tree, d) for d in dialects},
             parameters=parameters,
+            arguments=dict(arguments or {}),
         )
 
     def applies_to(self, tool: str | None) -> bool:
@@ -101,7 +109,12 @@ class SqlCheck:
 
     def run(self, ctx: CheckContext) -> list[Violation]:
         arguments = ctx.call.arguments if ctx.call is not None else {}
-        params = {name: arguments.get(name) for name in self.parameters}
+        params = {
+            name: self.arguments[name].bind(arguments, name)
+            if name in self.arguments
+            else arguments.get(name)
+            for name in self.parameters
+        }
         rows = ctx.query(self.sql, params)
         if not rows:
             return []

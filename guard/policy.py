@@ -18,6 +18,7 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import logging
 import re
 import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -29,10 +30,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlglot.errors import ParseError
 
-from guard.checks import Check, PythonCheck, PythonPredicate, RuleText, SqlCheck
+from guard.checks import Check, CheckContext, PythonCheck, PythonPredicate, RuleText, SqlCheck
 from guard.errors import ErrorClass
-from guard.models import EffectClass, PolicySource
+from guard.models import EffectClass, PolicySource, ToolCall
 from guard.sqltext import SqlTextError
+
+logger = logging.getLogger(__name__)
 
 
 class PolicyError(ValueError):
@@ -76,18 +79,21 @@ class CheckRule(_Rule):
 
 
 class ApprovalRule(_Rule):
-    """Calls that wait for a human: by tool, by effect class, or by an argument above a threshold."""
+    """Calls that wait for a human: by tool, by effect class, by an argument above a threshold, or
+    (format v2) by a condition on the call and the shadow state (``when``, compiled into the pack's
+    ``conditions``)."""
 
     tools: list[str] | None = None
     effect: EffectClass | None = None
     argument: str | None = None
     above: float | None = None
+    when: str | None = None
 
     @model_validator(mode="after")
     def _threshold_pairs(self) -> ApprovalRule:
         if (self.argument is None) != (self.above is None):
             raise ValueError("'argument' and 'above' go together")
-        if self.tools is None and self.effect is None and self.argument is None:
+        if self.tools is None and self.effect is None and self.argument is None and self.when is None:
             raise ValueError("an approval rule needs 'tools', 'effect' or 'argument'/'above'")
         return self
 
@@ -167,7 +173,8 @@ class ToolRules(BaseModel):
 class PolicyPackModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    version: Literal[1] = 1
+    version: Literal[1, 2] = 1
+    """1 for packs written in format v1; a v2 pack is loaded into this model with version 2."""
     name: str
     domain: str | None = None
     description: str | None = None
@@ -182,26 +189,73 @@ class PolicyPackModel(BaseModel):
 
 @dataclass
 class PolicyPack:
-    """A loaded, validated pack: the model plus its compiled checks."""
+    """A loaded, validated pack: the model plus its compiled checks.
+
+    A v2 pack (guard.packv2) is loaded into the same model; ``hidden`` holds its ``visible: false``
+    tools, ``conditions`` its compiled approval conditions (approval id → query), ``typed`` whether
+    call arguments were typed from tool schemas, and ``document`` the v2 model as written.
+    """
 
     model: PolicyPackModel
     checks: list[Check] = field(default_factory=list)
     path: Path | None = None
+    hidden: frozenset[str] = frozenset()
+    conditions: dict[str, SqlCheck] = field(default_factory=dict)
+    typed: bool = False
+    document: Any = None
 
     @property
     def name(self) -> str:
         return self.model.name
 
     def allows(self, tool: str) -> bool:
+        if tool in self.hidden:
+            return False
         return self.model.tools.allow is None or tool in self.model.tools.allow
 
     def effect_of(self, tool: str) -> EffectClass | None:
         return self.model.tools.effects.get(tool)
 
     def approval_for(
-        self, tool: str, effect: EffectClass, arguments: Mapping[str, Any]
+        self,
+        tool: str,
+        effect: EffectClass,
+        arguments: Mapping[str, Any],
+        query: Callable[[str, Mapping[str, Any]], list[dict[str, Any]]] | None = None,
     ) -> ApprovalRule | None:
-        return next((r for r in self.model.approvals if r.matches(tool, effect, arguments)), None)
+        """The first approval rule the call matches. A rule with a ``when`` condition is evaluated with
+        ``query`` on the shadow state before the call; without ``query``, or when the condition cannot
+        be evaluated, it matches (fail closed: a person decides)."""
+        for rule in self.model.approvals:
+            if not rule.matches(tool, effect, arguments):
+                continue
+            condition = self.conditions.get(rule.id)
+            if condition is None or query is None:
+                return rule
+            ctx = CheckContext(
+                phase="before_call", query=query, call=ToolCall(tool=tool, arguments=dict(arguments))
+            )
+            try:
+                if condition.run(ctx):
+                    return rule
+            except Exception:  # fail closed: an approval condition that cannot be evaluated holds the call
+                logger.exception("approval condition %s could not be evaluated", rule.id)
+                return rule
+        return None
+
+    def body_counts(self) -> dict[str, int]:
+        """How many rules have each body (``forbid``, ``require``, ``python``, ``sql``); v1 packs have
+        only ``sql`` and ``python``."""
+        counts = dict.fromkeys(("forbid", "require", "python", "sql"), 0)
+        rules = getattr(self.document, "rules", None)
+        if rules is None:
+            for check in self.model.checks:
+                counts["python" if check.python is not None else "sql"] += 1
+            return counts
+        for rule in rules:
+            kind = next(k for k in counts if getattr(rule, k) is not None)
+            counts[kind] += 1
+        return counts
 
     def retry_for(self, tool: str) -> RetryRule | None:
         return next((r for r in self.model.retry if r.tool == tool), None)
@@ -246,7 +300,13 @@ def _compose(text: str, where: str) -> tuple[Any, _Located]:
                 if key in seen:
                     line = k.start_mark.line + 1
                     path = ".".join(str(p) for p in (*at, key))
-                    raise PolicyError(f"{where}: line {line}: duplicate key {path!r}", file=where, line=line)
+                    rule = _rule_of_node(root, (*at, key))
+                    raise PolicyError(
+                        f"{where}: line {line}: rule {rule}: duplicate key {path!r}",
+                        file=where,
+                        rule=rule,
+                        line=line,
+                    )
                 seen.add(key)
                 located.lines[(*at, key)] = k.start_mark.line + 1
                 walk(v, (*at, key))
@@ -257,8 +317,31 @@ def _compose(text: str, where: str) -> tuple[Any, _Located]:
             located.blocks[at] = n.start_mark.line + 2
 
     if node is not None:
+        root: yaml.Node = node
         walk(node, ())
     return data, located
+
+
+_RULE_SECTIONS = ("checks", "rules", "approvals")
+
+
+def _rule_of_node(root: yaml.Node, loc: _Loc) -> str:
+    """The rule a YAML path belongs to, from the composed nodes (the data is not loaded yet)."""
+    if (
+        len(loc) >= 2
+        and loc[0] in _RULE_SECTIONS
+        and isinstance(loc[1], int)
+        and isinstance(root, yaml.MappingNode)
+    ):
+        section = next((v for k, v in root.value if k.value == loc[0]), None)
+        if isinstance(section, yaml.SequenceNode) and loc[1] < len(section.value):
+            item = section.value[loc[1]]
+            if isinstance(item, yaml.MappingNode):
+                found = next((v.value for k, v in item.value if k.value == "id"), None)
+                if isinstance(found, str) and found:
+                    return found
+        return f"{loc[0]}[{loc[1]}]"
+    return ".".join(str(p) for p in loc[:2])
 
 
 def _line(lines: Mapping[_Loc, int], loc: Sequence[Any]) -> int | None:
@@ -271,7 +354,7 @@ def _line(lines: Mapping[_Loc, int], loc: Sequence[Any]) -> int | None:
 
 
 def _rule_id(data: Any, loc: Sequence[Any]) -> str:
-    if len(loc) >= 2 and loc[0] in ("checks", "approvals") and isinstance(loc[1], int):
+    if len(loc) >= 2 and loc[0] in _RULE_SECTIONS and isinstance(loc[1], int):
         try:
             rule_id = data[loc[0]][loc[1]].get("id")
         except (IndexError, KeyError, TypeError, AttributeError):
@@ -312,15 +395,22 @@ def load_policy(
     tools: Sequence[str] | None = None,
     tool_arguments: Mapping[str, Collection[str]] | None = None,
     domain: str | None = None,
+    tool_schemas: Mapping[str, Mapping[str, Any]] | None = None,
+    column_types: Mapping[str, Mapping[str, str]] | None = None,
 ) -> PolicyPack:
-    """Load and validate a pack.
+    """Load and validate a pack (format v1, or v2: guard.packv2); ``path`` is its YAML file or folder.
 
     ``schema`` (table -> columns) checks every SQL table and column, ``tools`` every tool name, and
     ``tool_arguments`` (tool -> input argument names) every ``:parameter`` a SQL check binds. Without
     them the pack is checked for everything else (syntax, model, read-only SQL, Python references).
     ``domain`` is the domain the pack is loaded for; a pack that names another one is refused.
+    ``tool_schemas`` (tool -> JSON input schema) types a v2 pack's ``args`` (and gives the argument
+    names when ``tool_arguments`` is not passed); ``column_types`` (table -> column -> SQL type name)
+    lets v2 expressions be type-checked against columns.
     """
     path = Path(path)
+    if path.is_dir():
+        path = path / "policy.yaml"
     where = str(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -329,21 +419,36 @@ def load_policy(
     data, located = _compose(text, where)
     if not isinstance(data, dict):
         raise PolicyError(f"{where}: line 1: a policy pack is a YAML mapping", file=where, line=1)
+    if tool_arguments is None and tool_schemas is not None:
+        tool_arguments = {t: set(s.get("properties") or {}) for t, s in tool_schemas.items()}
+    if data.get("version") == 2:
+        from guard.packv2 import load_v2
+
+        return load_v2(
+            data,
+            path=path,
+            lines=located.lines,
+            blocks=located.blocks,
+            schema=schema,
+            column_types=column_types,
+            tools=tools,
+            tool_schemas=tool_schemas,
+            tool_arguments=tool_arguments,
+            domain=domain,
+        )
     try:
         model = PolicyPackModel.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors()
-        err = errors[0]
-        loc = err["loc"]
-        line = _line(located.lines, loc)
-        rule = _rule_id(data, loc)
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise PolicyError(
-            f"{where}: line {line}: rule {rule}: {'.'.join(map(str, loc))}: {err['msg']}{more}",
-            file=where,
-            rule=rule,
-            line=line,
-        ) from exc
+        raise model_error(exc, data, located.lines, where) from exc
+    for i, approval in enumerate(model.approvals):
+        if approval.when is not None:
+            line = _line(located.lines, ("approvals", i, "when"))
+            raise PolicyError(
+                f"{where}: line {line}: rule {approval.id}: 'when' conditions need 'version: 2'",
+                file=where,
+                rule=approval.id,
+                line=line,
+            )
     return compile_pack(
         model,
         path=path,
@@ -353,6 +458,22 @@ def load_policy(
         tools=tools,
         tool_arguments=tool_arguments,
         domain=domain,
+    )
+
+
+def model_error(exc: ValidationError, data: Any, lines: Mapping[_Loc, int], where: str) -> PolicyError:
+    """The first validation error of a pack's model, naming file, rule and line."""
+    errors = exc.errors()
+    err = errors[0]
+    loc = err["loc"]
+    line = _line(lines, loc)
+    rule = _rule_id(data, loc)
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return PolicyError(
+        f"{where}: line {line}: rule {rule}: {'.'.join(map(str, loc))}: {err['msg']}{more}",
+        file=where,
+        rule=rule,
+        line=line,
     )
 
 

@@ -249,7 +249,7 @@ class GuardSession:
         before = run_checks(self.checks, self._context("before_call", call, ChangeSet()))
         if before:
             return self._refuse(call, self._violated(before, call.tool), effect=effect, violations=before)
-        rule = self.policy.approval_for(call.tool, effect, call.arguments)
+        rule = self.policy.approval_for(call.tool, effect, call.arguments, self.backend.query)
         approved: Approval | None = None
         if approval_id is not None or self._needs_person(rule is not None, effect):
             if self.gate is not None:

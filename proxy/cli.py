@@ -65,12 +65,22 @@ def check(
     require_coverage: Annotated[
         bool, typer.Option("--require-coverage", help="With --test: fail when a rule has no case.")
     ] = False,
+    migrate: Annotated[
+        bool,
+        typer.Option(
+            "--migrate",
+            help="Print the pack (format v1) migrated to format v2 on stdout, instead of the summary.",
+        ),
+    ] = False,
 ) -> None:
     """Load and validate a policy pack (docs/policies.md); exit 1 naming file, rule and line if invalid."""
     from guard.policy import PolicyError, load_policy
 
     if pack.is_dir():
         pack = pack / "policy.yaml"
+    if migrate:
+        _migrate(pack)
+        return
     if test and domain is None:
         try:
             domain = load_policy(pack).model.domain
@@ -89,6 +99,18 @@ def check(
     if test:
         assert domain is not None
         _run_pack_tests(pack, policy, domain, data, require_coverage=require_coverage)
+
+
+def _migrate(pack: Path) -> None:
+    from guard.packmigrate import MigrationError
+    from guard.packmigrate import migrate as to_v2
+    from guard.policy import PolicyError, load_policy
+
+    try:
+        typer.echo(to_v2(load_policy(pack)), nl=False)
+    except (PolicyError, MigrationError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
 
 
 def _run_pack_tests(
@@ -156,6 +178,22 @@ def _summary(path: Path, policy: PolicyPack, domain: str | None) -> str:
     against = (
         f"checked against {domain}" if domain else "no --domain: tables, columns and tool names not checked"
     )
+    if model.version == 2:
+        bodies = policy.body_counts()
+        shape = ", ".join(f"{n} {kind}" for kind, n in bodies.items() if n)
+        typing = (
+            "args typed from the tools' input schemas"
+            if policy.typed
+            else "args untyped: no tool schemas known (pass --domain)"
+        )
+        return (
+            f"{path}: ok: pack {model.name!r} (format v2): {len(policy.checks)} rules ({counts}; {shape}), "
+            f"approval rules {len(model.approvals)} ({len(policy.conditions)} with conditions), "
+            f"{len(model.tools.effects)} tools with an effect, {allowed} on the surface"
+            f"{f', {len(policy.hidden)} hidden' if policy.hidden else ''}, "
+            f"retry overrides {len(model.retry)}, {len(policy.document.tables)} table aliases; "
+            f"{typing}; {against}"
+        )
     return (
         f"{path}: ok: pack {model.name!r}: {len(policy.checks)} checks ({counts}), "
         f"approval rules {len(model.approvals)}, retry overrides {len(model.retry)}, "

@@ -34,7 +34,7 @@ from mcp.shared.dispatcher import ProgressFnT
 
 from guard.backend import BackendError
 from guard.effects import ToolInfo, detected_sql_argument
-from guard.policy import EMPTY, PolicyPack, load_policy
+from guard.policy import EMPTY, PolicyError, PolicyPack, load_policy
 from guard.session import RESERVED_PREFIX
 from guard.txext import advertises
 
@@ -435,6 +435,9 @@ class Upstream:
     async def start(self, task_group: anyio.abc.TaskGroup) -> None:
         """Connect, read the tool list and capabilities, and decide whether the upstream transacts.
 
+        The policy pack is compiled again against the listed tools' input schemas: a v2 pack's ``args``
+        get their types, and a rule naming an argument a tool does not have fails here, at start-up.
+
         The startup connection of a transactional upstream is kept as a spare: the first guard
         session takes it instead of starting a new one (for stdio, a new process).
         """
@@ -450,6 +453,16 @@ class Upstream:
             raise UpstreamError(f"upstream {self.name!r}: cannot list its tools: {exc}") from exc
         self.set_tools(tools)
         self.capabilities = conn.capabilities
+        if self.spec.policy:
+            try:
+                self.policy = load_policy(
+                    self.spec.policy, tool_schemas={t.name: t.input_schema for t in tools}
+                )
+            except PolicyError as exc:
+                await conn.aclose()
+                raise UpstreamError(
+                    f"upstream {self.name!r}: its policy pack does not fit its tools: {exc}"
+                ) from exc
         unknown = sorted(set(self.spec.sql_tools) - set(self.tools))
         if unknown:
             await conn.aclose()

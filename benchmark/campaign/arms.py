@@ -19,6 +19,7 @@ wherever they are printed — never the product.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from guard.models import EffectClass, PolicySource
@@ -68,7 +69,13 @@ class Arm:
             "retry": model.retry if self.has("retries") else [],
         }
         cut: PolicyPackModel = model.model_copy(update=update)
-        return PolicyPack(model=cut, checks=list(pack.checks) if self.has("checks") else [], path=pack.path)
+        return dataclasses.replace(
+            pack,
+            model=cut,
+            checks=list(pack.checks) if self.has("checks") else [],
+            hidden=pack.hidden if self.has("surface") else frozenset(),
+            conditions=dict(pack.conditions) if self.has("approvals") else {},
+        )
 
 
 ARMS: dict[str, Arm] = {

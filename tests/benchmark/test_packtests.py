@@ -36,7 +36,7 @@ def test_retail_pack_tests_pass_from_folder_or_file() -> None:
 def test_a_removed_rule_fails_its_case(tmp_path: Path) -> None:
     folder = _copy(tmp_path)
     pack = yaml.safe_load((folder / "policy.yaml").read_text())
-    pack["checks"] = [c for c in pack["checks"] if c["id"] != "retail.cancel_order.eligible_status"]
+    pack["rules"] = [c for c in pack["rules"] if c["id"] != "retail.cancel_order.eligible_status"]
     (folder / "policy.yaml").write_text(yaml.safe_dump(pack, sort_keys=False))
     code, output = _check(str(folder), "--test")
     assert code == 1

@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from benchmark.envs import Database, Domain, Environment
-from benchmark.guarded import backend_for, executor_for, tool_infos
+from benchmark.guarded import backend_for, column_types, executor_for, tool_infos
 from benchmark.replay import replay
 from benchmark.tasks import BenchData, Task
 from guard.models import EffectClass, ToolOutcome, Verdict
@@ -539,6 +539,8 @@ def _domain_refs(domain: Domain) -> dict[str, Any]:
         "tools": list(domain.tools),
         "tool_arguments": {n: set(t.input_schema.get("properties", {})) for n, t in domain.tools.items()},
         "domain": domain.name,
+        "tool_schemas": {n: t.input_schema for n, t in domain.tools.items()},
+        "column_types": column_types(domain),
     }
 
 
@@ -694,7 +696,7 @@ def test_cli_check_valid_packs(bench: BenchData) -> None:
     result = _check(str(RETAIL_PACK), "--domain", RETAIL, "--data", str(bench.bundle))
     assert result.exit_code == 0, result.output
     (line,) = result.output.strip().splitlines()
-    assert line.startswith(f"{RETAIL_PACK}: ok: pack 'sandbox_external_retail': ")
+    assert line.startswith(f"{RETAIL_PACK}: ok: pack 'sandbox_external_retail' (format v2): ")
     assert f"checked against {RETAIL}" in line
     result = _check(str(EXAMPLE_PACK))
     assert result.exit_code == 0, result.output
@@ -706,12 +708,12 @@ def test_cli_check_valid_packs(bench: BenchData) -> None:
 def test_cli_check_invalid_pack_exits_1_with_the_spot(tmp_path: Path, bench: BenchData) -> None:
     text = RETAIL_PACK.read_text(encoding="utf-8")
     broken = text.replace(
-        "WHERE o.id = :order_id\n        AND o.status NOT IN ('pending_payment'",
-        "WHERE o.id = :order_id\n        AND o.state NOT IN ('pending_payment'",
+        "that: o.status IN ('pending_payment'",
+        "that: o.state IN ('pending_payment'",
         1,
     )
     assert broken != text
-    line = broken.splitlines().index("        AND o.state NOT IN ('pending_payment', 'processing')") + 1
+    line = broken.splitlines().index("      that: o.state IN ('pending_payment', 'processing')") + 1
     path = tmp_path / "policy.yaml"
     path.write_text(broken, encoding="utf-8")
     (tmp_path / "checks.py").write_text(
@@ -808,7 +810,7 @@ def test_cancel_of_a_shipped_order_is_refused(
         assert outcome.verdict is Verdict.REFUSED and outcome.result is None
         assert _rule_ids(outcome) == {"retail.cancel_order.eligible_status"}
         violation = outcome.violations[0]
-        assert violation.rows == [{"order_id": order["id"], "status": "shipped"}]
+        assert violation.rows == [{"o.id": order["id"], "o.status": "shipped", "args.order_id": order["id"]}]
         assert violation.source is not None and "§8.1" in violation.source.ref
 
 

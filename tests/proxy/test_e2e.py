@@ -235,7 +235,9 @@ async def test_retail_domain_through_its_policy_pack(http_proxy: Any, harness: A
         violation = refused["violations"][0]
         assert violation["rule_id"] == "retail.cancel_order.eligible_status"
         assert "§8.1" in violation["source"]["ref"]
-        assert violation["rows"] == [{"order_id": "ORD-10000001", "status": "shipped"}]
+        assert violation["rows"] == [
+            {"o.id": "ORD-10000001", "o.status": "shipped", "args.order_id": "ORD-10000001"}
+        ]
         assert (await agent.json("get_order", {"order_id": "ORD-10000001"}))["status"] == "shipped"
 
         cancelled = await agent.json(

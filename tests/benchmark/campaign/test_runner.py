@@ -359,6 +359,7 @@ def test_arms_switch_one_lever_each(bench: BenchData) -> None:
     assert checks.checks == pack.checks and checks.model.tools.allow is None
     assert checks.model.errors.validation == "off" and not checks.model.approvals
     assert surface.model.tools.allow == pack.model.tools.allow and not surface.checks
+    assert surface.hidden == pack.hidden == {"zendesk_delete_item"} and not checks.hidden
     assert approvals.model.approvals[-1] == IRREVERSIBLE_RULE and not approvals.checks
     assert ARMS["validation"].pack(pack).model.errors.validation == pack.model.errors.validation
     for arm in ("off", "validation", "retries", "checks", "approvals", "surface"):
