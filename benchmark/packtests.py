@@ -15,10 +15,10 @@ A pack's tests live beside it in ``tests.yaml``::
         commit: []                          # optional: the at-commit rule ids ([] = it commits)
 
 Each case runs in a fresh environment of the pack's domain (its defaults, then ``world``, then the
-case's ``patch``; a row of the patch replaces the world's row with the same key) through a ``GuardSession`` with the whole
-pack (held calls are reported, not queued). A case passes when every call's rule ids, and the commit's
-when given, are exactly the expected ones. Coverage: a rule that no case expects is listed, because
-removing it would fail no test; ``--require-coverage`` makes that a failure.
+case's ``patch``; a row of the patch replaces the world's row with the same key) through a
+``GuardSession`` with the whole pack (held calls are reported, not queued). A case passes when every
+call's rule ids, and the commit's when given, are exactly the expected ones. Coverage: a rule that no
+case expects is listed, because removing it would fail no test; ``--require-coverage`` makes that a failure.
 """
 
 from __future__ import annotations
