@@ -811,6 +811,12 @@ def tickets_resolved(ctx: CheckContext) -> list[dict[str, Any]]:
     ]
 
 
+def every_request_has_a_ticket(ctx: CheckContext) -> list[dict[str, Any]]:
+    if any(True for _ in _agent_tickets(ctx)):
+        return []
+    return [{"tickets_written": 0, "tables_written": sorted({c.table for c in ctx.changes})}]
+
+
 def resolution_fields(ctx: CheckContext) -> list[dict[str, Any]]:
     out = []
     for key, ticket in _resolved(ctx):

@@ -487,6 +487,12 @@ def no_unused_ticket_fields(ctx: CheckContext) -> list[dict[str, Any]]:
     return out
 
 
+def every_interaction_has_a_ticket(ctx: CheckContext) -> list[dict[str, Any]]:
+    if any(c.after is not None for c in _rows(ctx, TICKETS)):
+        return []
+    return [{"tickets_written": 0, "tables_written": sorted({c.table for c in ctx.changes})}]
+
+
 def tickets_assigned_to_agent(ctx: CheckContext) -> list[dict[str, Any]]:
     return [
         {"ticket_id": c.key, "assignee_id": c.after.get("assignee_id")}
