@@ -305,6 +305,25 @@ def every_request_has_a_ticket(ctx: CheckContext) -> list[dict[str, Any]]:
     return [{"tickets_written": 0, "tables_written": sorted({c.table for c in ctx.changes})}]
 
 
+def no_duplicate_tickets(ctx: CheckContext) -> list[dict[str, Any]]:
+    seen: dict[tuple[str, str, str], str] = {}
+    out = []
+    for change in _session_tickets(ctx):
+        ticket = change.after or {}
+        if change.op != "insert":
+            continue
+        same = (
+            str(ticket.get("requester_id")),
+            str(ticket.get("type")),
+            str(ticket.get("subject")).strip().lower(),
+        )
+        if same in seen:
+            out.append({"ticket_id": change.key, "duplicate_of": seen[same], "requester_id": same[0]})
+        else:
+            seen[same] = change.key
+    return out
+
+
 def tickets_entry_fields(ctx: CheckContext) -> list[dict[str, Any]]:
     out = []
     for change in _session_tickets(ctx):
