@@ -735,3 +735,15 @@ def pending_cancellation_ticket_priority(ctx: CheckContext) -> list[dict[str, An
                 {"ticket_id": change.key, "priority": after.get("priority"), "billing_accounts": pending}
             )
     return out
+
+
+def tickets_one_requester(ctx: CheckContext) -> list[dict[str, Any]]:
+    """The tickets the session wrote are its requester's: one requester across all of them."""
+    requesters: dict[str, list[str]] = {}
+    for change in _rows(ctx, TICKETS):
+        requester = (change.after or {}).get("requester_id")
+        if requester is not None:
+            requesters.setdefault(str(requester), []).append(change.key)
+    if len(requesters) <= 1:
+        return []
+    return [{"requester_id": r, "tickets": keys} for r, keys in sorted(requesters.items())]

@@ -1165,3 +1165,15 @@ def incident_access_post_facto(ctx: CheckContext) -> list[dict[str, Any]]:
         if missing:
             out.append({"app_access_id": grant["id"], "employee_id": employee["id"], "not_notified": missing})
     return out
+
+
+def tickets_one_requester(ctx: CheckContext) -> list[dict[str, Any]]:
+    """The tickets the session wrote are its requester's: one requester across all of them."""
+    requesters: dict[str, list[str]] = {}
+    for change in _session_tickets(ctx):
+        requester = (change.after or {}).get("requester_id")
+        if requester is not None:
+            requesters.setdefault(str(requester), []).append(change.key)
+    if len(requesters) <= 1:
+        return []
+    return [{"requester_id": r, "tickets": keys} for r, keys in sorted(requesters.items())]
