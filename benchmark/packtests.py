@@ -2,6 +2,8 @@
 
 A pack's tests live beside it in ``tests.yaml``::
 
+    world:                                  # optional: rows upserted under every case's own patch
+      external_retail_toolset_salesforce_models_customers: [{id: CUS-1, ...}]
     cases:
       - name: a shipped order cannot be cancelled
         patch:                              # rows upserted over the domain's defaults (a data_patch)
@@ -12,10 +14,11 @@ A pack's tests live beside it in ``tests.yaml``::
             expect: [retail.cancel_order.eligible_status]   # the violations' rule ids; [] = allowed
         commit: []                          # optional: the at-commit rule ids ([] = it commits)
 
-Each case runs in a fresh environment of the pack's domain through a ``GuardSession`` with the whole
-pack (held calls are reported, not queued). A case passes when every call's rule ids, and the commit's
-when given, are exactly the expected ones. Coverage: a rule that no case expects is listed, because
-removing it would fail no test; ``--require-coverage`` makes that a failure.
+Each case runs in a fresh environment of the pack's domain (its defaults, then ``world``, then the
+case's ``patch``; a row of the patch replaces the world's row with the same key) through a
+``GuardSession`` with the whole pack (held calls are reported, not queued). A case passes when every
+call's rule ids, and the commit's when given, are exactly the expected ones. Coverage: a rule that no
+case expects is listed, because removing it would fail no test; ``--require-coverage`` makes that a failure.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class _Case(BaseModel):
 class _File(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    world: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
     cases: list[_Case] = Field(min_length=1)
 
 
@@ -85,11 +89,15 @@ def load_tests(path: Path, domain: Domain) -> list[_Case]:
     except yaml.YAMLError as exc:
         raise PackTestError(f"{path}: not YAML: {exc}") from None
     try:
-        cases = _File.model_validate(raw).cases
+        tests = _File.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(file)"
         raise PackTestError(f"{path}: field {where}: {first['msg']}") from None
+    unknown = sorted(set(tests.world) - set(domain.tables))
+    if unknown:
+        raise PackTestError(f"{path}: field world: {domain.name} has no table(s) {', '.join(unknown)}")
+    cases = tests.cases
     for i, case in enumerate(cases):
         for j, call in enumerate(case.calls):
             if call.tool not in domain.tools:
@@ -101,6 +109,9 @@ def load_tests(path: Path, domain: Domain) -> list[_Case]:
             raise PackTestError(
                 f"{path}: field cases.{i}.patch: {domain.name} has no table(s) {', '.join(unknown)}"
             )
+        if tests.world:
+            tables = list(tests.world) + [t for t in case.patch if t not in tests.world]
+            case.patch = {t: tests.world.get(t, []) + case.patch.get(t, []) for t in tables}
     return cases
 
 

@@ -811,6 +811,12 @@ def tickets_resolved(ctx: CheckContext) -> list[dict[str, Any]]:
     ]
 
 
+def every_request_has_a_ticket(ctx: CheckContext) -> list[dict[str, Any]]:
+    if any(True for _ in _agent_tickets(ctx)):
+        return []
+    return [{"tickets_written": 0, "tables_written": sorted({c.table for c in ctx.changes})}]
+
+
 def resolution_fields(ctx: CheckContext) -> list[dict[str, Any]]:
     out = []
     for key, ticket in _resolved(ctx):
@@ -930,6 +936,42 @@ def b2c_tag_matches_booking(ctx: CheckContext) -> list[dict[str, Any]]:
                     "booking_reference": booking["booking_reference"],
                     "corporate_account_id": booking.get("corporate_account_id"),
                     "group_booking_id": booking.get("group_booking_id"),
+                }
+            )
+    return out
+
+
+def requester_is_booking_customer(ctx: CheckContext) -> list[dict[str, Any]]:
+    """A traveler's ticket about a booking: its requester is the Zendesk user with the email of the
+    booking's customer. Hotel partners, corporate accounts and group coordinators may ask about a
+    booking that is not their own, so their tickets are left alone."""
+    out = []
+    for change in _agent_tickets(ctx):
+        ticket = change.after or {}
+        if not _changed(change, "requester_id") or not ticket.get("requester_id"):
+            continue
+        if {t.lower() for t in _tags(ticket)} & (USER_TYPE_TAGS - {"b2c-customer"}):
+            continue
+        booking = _booking(ctx, ticket.get("booking_reference"))
+        if booking is None or booking.get("corporate_account_id") or booking.get("group_booking_id"):
+            continue
+        rows = ctx.query(
+            "SELECT u.email AS requester_email, p.email AS customer_email"
+            " FROM zendesk_users AS u, crm_api_customer_profiles AS p"
+            " WHERE u.id = :requester AND p.customer_id = :customer",
+            {"requester": str(ticket["requester_id"]), "customer": str(booking["customer_id"])},
+        )
+        if (
+            rows
+            and str(rows[0]["requester_email"]).strip().lower()
+            != str(rows[0]["customer_email"]).strip().lower()
+        ):
+            out.append(
+                {
+                    "ticket_id": change.key,
+                    "requester_id": ticket["requester_id"],
+                    "booking_reference": booking["booking_reference"],
+                    **rows[0],
                 }
             )
     return out
@@ -1314,3 +1356,15 @@ def check_in_tag_needs_upcoming_booking(ctx: CheckContext) -> list[dict[str, Any
                 }
             )
     return out
+
+
+def tickets_one_requester(ctx: CheckContext) -> list[dict[str, Any]]:
+    """The tickets the session wrote are its requester's: one requester across all of them."""
+    requesters: dict[str, list[str]] = {}
+    for change in _agent_tickets(ctx):
+        requester = (change.after or {}).get("requester_id")
+        if requester is not None:
+            requesters.setdefault(str(requester), []).append(change.key)
+    if len(requesters) <= 1:
+        return []
+    return [{"requester_id": r, "tickets": keys} for r, keys in sorted(requesters.items())]

@@ -487,6 +487,12 @@ def no_unused_ticket_fields(ctx: CheckContext) -> list[dict[str, Any]]:
     return out
 
 
+def every_interaction_has_a_ticket(ctx: CheckContext) -> list[dict[str, Any]]:
+    if any(c.after is not None for c in _rows(ctx, TICKETS)):
+        return []
+    return [{"tickets_written": 0, "tables_written": sorted({c.table for c in ctx.changes})}]
+
+
 def tickets_assigned_to_agent(ctx: CheckContext) -> list[dict[str, Any]]:
     return [
         {"ticket_id": c.key, "assignee_id": c.after.get("assignee_id")}
@@ -537,6 +543,62 @@ def requester_is_user(ctx: CheckContext) -> list[dict[str, Any]]:
             continue
         if not ctx.query("SELECT id FROM zendesk_users WHERE id = :id", {"id": str(requester)}):
             out.append({"ticket_id": change.key, "requester_id": requester})
+    return out
+
+
+# -- authority (at_commit) ------------------------------------------------------------------------
+# §2.5 Authority Matrix: only the Named Insured or a Co-Insured may add/remove vehicles and drivers,
+# request a billing arrangement, cancel or reinstate. The changes that record those actions, and the
+# policy each one is about.
+AUTHORITY_TABLES = frozenset({"policy_vehicles", "policy_drivers", "billing_billing_accounts"})
+CANCEL_OR_REINSTATE = (
+    "status",
+    "cancellation_date",
+    "cancellation_reason",
+    "lapse_flag",
+    "lapse_start",
+    "lapse_end",
+)
+
+
+def _authorized_policies(ctx: CheckContext) -> set[str]:
+    policies = set()
+    for change in ctx.changes:
+        row = change.after or change.before or {}
+        if change.table in AUTHORITY_TABLES and row.get("policy_id"):
+            policies.add(str(row["policy_id"]))
+        elif change.table == "policy_policies" and any(_changed(change, f) for f in CANCEL_OR_REINSTATE):
+            policies.add(change.key)
+    return policies
+
+
+def _insured_emails(ctx: CheckContext, policy_id: str) -> set[str]:
+    rows = ctx.query(
+        "SELECT c.email FROM crm_customers AS c JOIN policy_policies AS p"
+        " ON c.id = p.named_insured_id OR c.id = p.co_insured_id WHERE p.id = :policy"
+        " UNION SELECT c.email FROM crm_customers AS c JOIN policy_drivers AS d ON c.id = d.customer_id"
+        " WHERE d.policy_id = :policy AND (d.is_named_insured = TRUE OR d.is_co_insured = TRUE)",
+        {"policy": policy_id},
+    )
+    return {str(r["email"]).strip().lower() for r in rows}
+
+
+def requester_may_authorize(ctx: CheckContext) -> list[dict[str, Any]]:
+    policies = _authorized_policies(ctx)
+    if not policies:
+        return []
+    out = []
+    for change in _rows(ctx, TICKETS):
+        requester = (change.after or {}).get("requester_id")
+        if requester is None or not _changed(change, "requester_id"):
+            continue
+        users = ctx.query("SELECT email FROM zendesk_users WHERE id = :id", {"id": str(requester)})
+        if not users:
+            continue
+        email = str(users[0]["email"]).strip().lower()
+        for policy_id in sorted(policies):
+            if email not in _insured_emails(ctx, policy_id):
+                out.append({"ticket_id": change.key, "requester_id": requester, "policy_id": policy_id})
     return out
 
 
@@ -673,3 +735,15 @@ def pending_cancellation_ticket_priority(ctx: CheckContext) -> list[dict[str, An
                 {"ticket_id": change.key, "priority": after.get("priority"), "billing_accounts": pending}
             )
     return out
+
+
+def tickets_one_requester(ctx: CheckContext) -> list[dict[str, Any]]:
+    """The tickets the session wrote are its requester's: one requester across all of them."""
+    requesters: dict[str, list[str]] = {}
+    for change in _rows(ctx, TICKETS):
+        requester = (change.after or {}).get("requester_id")
+        if requester is not None:
+            requesters.setdefault(str(requester), []).append(change.key)
+    if len(requesters) <= 1:
+        return []
+    return [{"requester_id": r, "tickets": keys} for r, keys in sorted(requesters.items())]

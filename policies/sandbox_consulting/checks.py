@@ -1052,3 +1052,15 @@ def client_access_approval_after_prerequisites(ctx: CheckContext) -> list[dict[s
     if all(missing.values()):
         return [{"requester_email": requester, "client_id": c, "missing": m} for c, m in missing.items()]
     return []
+
+
+def tickets_one_requester(ctx: CheckContext) -> list[dict[str, Any]]:
+    """The tickets the session wrote are its requester's: one requester across all of them."""
+    requesters: dict[str, list[str]] = {}
+    for change in _written_tickets(ctx):
+        requester = (change.after or {}).get("requester_id")
+        if requester is not None:
+            requesters.setdefault(str(requester), []).append(change.key)
+    if len(requesters) <= 1:
+        return []
+    return [{"requester_id": r, "tickets": keys} for r, keys in sorted(requesters.items())]

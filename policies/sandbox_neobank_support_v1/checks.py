@@ -297,6 +297,33 @@ def _session_tickets(ctx: CheckContext) -> Iterator[RowChange]:
     yield from _written(ctx, TICKETS)
 
 
+def every_request_has_a_ticket(ctx: CheckContext) -> list[dict[str, Any]]:
+    """Only a session that changed records: a request answered from reads alone may leave its ticket
+    as it is (README, "Tried and dropped")."""
+    if not ctx.changes or any(True for _ in _session_tickets(ctx)):
+        return []
+    return [{"tickets_written": 0, "tables_written": sorted({c.table for c in ctx.changes})}]
+
+
+def no_duplicate_tickets(ctx: CheckContext) -> list[dict[str, Any]]:
+    seen: dict[tuple[str, str, str], str] = {}
+    out = []
+    for change in _session_tickets(ctx):
+        ticket = change.after or {}
+        if change.op != "insert":
+            continue
+        same = (
+            str(ticket.get("requester_id")),
+            str(ticket.get("type")),
+            str(ticket.get("subject")).strip().lower(),
+        )
+        if same in seen:
+            out.append({"ticket_id": change.key, "duplicate_of": seen[same], "requester_id": same[0]})
+        else:
+            seen[same] = change.key
+    return out
+
+
 def tickets_entry_fields(ctx: CheckContext) -> list[dict[str, Any]]:
     out = []
     for change in _session_tickets(ctx):
@@ -1138,3 +1165,15 @@ def incident_access_post_facto(ctx: CheckContext) -> list[dict[str, Any]]:
         if missing:
             out.append({"app_access_id": grant["id"], "employee_id": employee["id"], "not_notified": missing})
     return out
+
+
+def tickets_one_requester(ctx: CheckContext) -> list[dict[str, Any]]:
+    """The tickets the session wrote are its requester's: one requester across all of them."""
+    requesters: dict[str, list[str]] = {}
+    for change in _session_tickets(ctx):
+        requester = (change.after or {}).get("requester_id")
+        if requester is not None:
+            requesters.setdefault(str(requester), []).append(change.key)
+    if len(requesters) <= 1:
+        return []
+    return [{"requester_id": r, "tickets": keys} for r, keys in sorted(requesters.items())]
