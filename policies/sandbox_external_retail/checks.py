@@ -91,3 +91,10 @@ def vip_tickets_urgent(ctx: CheckContext) -> list[dict[str, Any]]:
         if any(r["customer_tier"] == "vip" for r in rows) and priority != "urgent":
             out.append({"ticket_id": change.key, "requester_id": requester, "priority": priority})
     return out
+
+
+def interaction_documented(ctx: CheckContext) -> list[dict[str, Any]]:
+    """The session created or updated at least one ticket (the interaction is documented)."""
+    if any(True for _ in _written_tickets(ctx)):
+        return []
+    return [{"tickets_written": 0, "tables_written": sorted({c.table for c in ctx.changes})}]
