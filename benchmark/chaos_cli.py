@@ -124,7 +124,7 @@ def kills(
     which is killed with SIGKILL at a random moment and started again; the upstream file must hold
     every acknowledged commit, no half commit, no uncommitted row, nothing twice, and a commit under a
     killed session must be refused as changes_lost. Last line: the chaos counters. Exit 1 on any."""
-    _kills(trials, sessions, upstream, out, seed, (0.3, 4.0))
+    _kills(trials, sessions, upstream, out, seed, (0.2, 3.0))
 
 
 @chaos_app.command("quick")
@@ -136,8 +136,8 @@ def quick(
     ] = None,
 ) -> None:
     """The small version of `kills` the default test run holds: 3 trials of 4 sessions, the kill
-    within 2 s."""
-    _kills(3, 4, upstream, out, seed, (0.3, 2.0))
+    within 1.5 s."""
+    _kills(3, 4, upstream, out, seed, (0.2, 1.5))
 
 
 def register(bench_app: typer.Typer) -> None:

@@ -5,7 +5,8 @@ on one SQLite file, with a file-backed session ledger. A trial:
 
 1. ``sessions`` concurrent MCP clients, each its own guard session, commit rounds: a round writes two
    new notes of its own (``t<trial>-s<session>-r<round>-a`` and ``-b``), reads a note another session
-   is writing in its open round, and commits. Each step is bounded by :data:`STEP_TIMEOUT_S`.
+   is writing in its open round, and commits, until the kill. Each step is bounded by
+   :data:`STEP_TIMEOUT_S`. The sessions start writing together once each has made a first call.
 2. At a seeded random moment the proxy is killed with SIGKILL; its stdio upstream loses its pipe and
    exits, rolling back the dead proxy's transactions.
 3. The proxy is started again on the same files, and each killed session that held an acknowledged,
@@ -61,8 +62,9 @@ STEP_TIMEOUT_S = 60.0
 """Bound of every client call and of the restart; a step past it is a hang."""
 EXIT_TIMEOUT_S = 30.0
 """Bound on the killed proxy's upstream process ending after it lost its pipe."""
-KILL_WINDOW_S = (0.3, 4.0)
-"""The kill comes at a seeded random moment in this range after the sessions start (seconds)."""
+KILL_WINDOW_S = (0.2, 3.0)
+"""The kill comes at a seeded random moment in this range (seconds) after every session made its
+first call and the sessions start writing."""
 RETRY_PAUSE_S = (0.05, 0.3)
 WRITES_TABLE = "chaos_writes"
 LOST_RULE = "changes_lost"
@@ -323,6 +325,10 @@ class _Trial:
         self.problems: list[str] = []
         self.seen_5xx: list[int] = []
         self.killed = False
+        self.ready = 0
+        self.all_ready = anyio.Event()
+        """Every session has made its first call (its upstream connection is up)."""
+        self.go = anyio.Event()
 
     async def _step(self, client: Client, log: SessionLog, name: str, args: dict[str, Any]) -> Any:
         meta = cast(types.RequestParamsMeta, {SESSION_META_KEY: log.session})
@@ -357,6 +363,11 @@ class _Trial:
         http, client = _client(self.url, self.seen_5xx)
         try:
             async with http, client:
+                await self._step(client, log, "get_note", {"id": f"t{log.trial}-warm-up"})
+                self.ready += 1
+                if self.ready == len(self.logs):
+                    self.all_ready.set()
+                await self.go.wait()
                 while True:
                     log.rounds.append(Round())
                     round_no = log.open_round()
@@ -388,6 +399,12 @@ class _Trial:
         async with anyio.create_task_group() as tg:
             for log in self.logs:
                 tg.start_soon(self._session, log)
+            with anyio.move_on_after(STEP_TIMEOUT_S) as waiting:
+                await self.all_ready.wait()
+            if waiting.cancelled_caught:
+                self.counters.hangs += 1
+                self.problems.append(f"hang: {len(self.logs) - self.ready} session(s) not connected in time")
+            self.go.set()
             await anyio.sleep(kill_after_s)
             self.killed = True
             if not await anyio.to_thread.run_sync(kill):
