@@ -134,6 +134,9 @@ class TrialResult:
     lost_but_present: int = 0
     """Commits after the restart refused as lost whose rows had landed (the kill came between the
     upstream's commit and the ledger's update): the agent is told too little, nothing is lost."""
+    committed_before_kill: int = 0
+    """Commits after the restart answered ``committed: true`` with the session's rows there: its
+    commit landed before the kill, the client did not see the answer."""
     counters: Counters = field(default_factory=Counters)
     problems: list[str] = field(default_factory=list)
     wall_s: float = 0.0
@@ -431,6 +434,8 @@ class _Trial:
                     result.refused_as_lost += 1
                     if present:
                         result.lost_but_present += 1
+                elif verdict.get("committed") is True and present == 2:
+                    result.committed_before_kill += 1
                 elif verdict.get("committed") is True and not present:
                     self.counters.lost_commits += 1
                     self.problems.append(
