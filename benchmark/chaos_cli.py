@@ -135,8 +135,8 @@ def quick(
         Path | None, typer.Option("--out", help="Keep the report, logs and databases here.")
     ] = None,
 ) -> None:
-    """The small version of `kills`: 3 trials of 4 sessions, the kill within 1.5 s (about a minute
-    and a half on a loaded 2-core machine; tests/benchmark/test_chaos.py runs 2 trials of 3)."""
+    """The small version of `kills`: 3 trials of 4 sessions, the kill within 1.5 s (about 40 s on
+    a loaded 2-core machine; tests/benchmark/test_chaos.py runs 2 trials of 3)."""
     _kills(3, 4, upstream, out, seed, (0.2, 1.5))
 
 
