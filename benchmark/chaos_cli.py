@@ -67,5 +67,78 @@ def wide_payload(
         raise typer.Exit(1)
 
 
+def _kills(
+    trials: int, sessions: int, upstream: str, out: Path | None, seed: int, window: tuple[float, float]
+) -> None:
+    import tempfile
+
+    from benchmark.chaos_kills import KillTrialError, TrialResult, run_kills
+
+    def progress(trial: TrialResult) -> None:
+        typer.echo(
+            f"trial {trial.trial}: kill after {trial.kill_after_s:.2f} s, rounds committed "
+            f"{trial.rounds_committed}, open at kill {trial.rounds_open_at_kill}, refused as lost "
+            f"{trial.refused_as_lost}, problems {len(trial.problems)}, {trial.wall_s:.1f} s"
+        )
+        for problem in trial.problems:
+            typer.echo(f"  {problem}")
+
+    with tempfile.TemporaryDirectory(prefix="shadowguard-chaos-") as tmp:
+        folder = out or Path(tmp)
+        try:
+            result = run_kills(
+                trials,
+                sessions,
+                out=folder,
+                upstream=upstream,
+                seed=seed,
+                progress=progress,
+                kill_window_s=window,
+            )
+        except KillTrialError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from exc
+        if out:
+            typer.echo(f"report: {folder / 'kills.jsonl'}")
+        typer.echo(f"wall: {result.wall_s:.0f} s")
+        typer.echo(result.line())
+        if result.problems():
+            raise typer.Exit(1)
+
+
+Upstream = Annotated[str, typer.Option(help="The upstream's database: sqlite (postgresql: not built).")]
+Seed = Annotated[int, typer.Option(help="Seed of the kill moments.")]
+
+
+@chaos_app.command("kills")
+def kills(
+    trials: Annotated[int, typer.Option(min=1, help="Kill -9 trials.")] = 50,
+    sessions: Annotated[int, typer.Option(min=1, help="Concurrent sessions writing in each trial.")] = 20,
+    upstream: Upstream = "sqlite",
+    seed: Seed = 0,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Keep the report (kills.jsonl), logs and databases here.")
+    ] = None,
+) -> None:
+    """TRIALS times: SESSIONS sessions write and commit their own notes through `shadowguard serve`,
+    which is killed with SIGKILL at a random moment and started again; the upstream file must hold
+    every acknowledged commit, no half commit, no uncommitted row, nothing twice, and a commit under a
+    killed session must be refused as changes_lost. Last line: the chaos counters. Exit 1 on any."""
+    _kills(trials, sessions, upstream, out, seed, (0.2, 3.0))
+
+
+@chaos_app.command("quick")
+def quick(
+    upstream: Upstream = "sqlite",
+    seed: Seed = 0,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Keep the report, logs and databases here.")
+    ] = None,
+) -> None:
+    """The small version of `kills`: 3 trials of 4 sessions, the kill within 1.5 s (about 40 s on
+    a loaded 2-core machine; tests/benchmark/test_chaos.py runs 2 trials of 3)."""
+    _kills(3, 4, upstream, out, seed, (0.2, 1.5))
+
+
 def register(bench_app: typer.Typer) -> None:
     bench_app.add_typer(chaos_app, name="chaos")

@@ -1,0 +1,104 @@
+"""``shadowguard bench chaos kills``: the checker finds what it counts, and a small run of real kill -9
+trials (``shadowguard serve`` over a file-backed SQLite upstream) ends with every counter at 0."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from benchmark.chaos_kills import (
+    Counters,
+    KillTrialError,
+    Round,
+    SessionLog,
+    check_database,
+    note_id,
+    prepare_database,
+    run_kills,
+)
+
+
+def _database(tmp_path: Path, notes: list[str]) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    db = tmp_path / "notes.sqlite"
+    prepare_database(db)
+    conn = sqlite3.connect(str(db))
+    with conn:
+        conn.executemany("INSERT INTO notes VALUES (?, 'x', 'published')", [(n,) for n in notes])
+    conn.close()
+    return db
+
+
+def _logs() -> list[SessionLog]:
+    """Session 0: round 0 acknowledged, round 1 commit sent, no answer. Session 1: round 0 open."""
+    committed = SessionLog(7, 0, "s0", [Round(2, 1.0, True), Round(2, 2.0, False)])
+    open_round = SessionLog(7, 1, "s1", [Round(1, None, False)])
+    return [committed, open_round]
+
+
+def _check(db: Path) -> tuple[Counters, list[str], int]:
+    counters, problems = Counters(), []
+    rounds = check_database(db, _logs(), counters, problems)
+    return counters, problems, rounds
+
+
+def test_the_checker_counts_nothing_when_the_database_holds_what_the_clients_saw(tmp_path: Path) -> None:
+    db = _database(tmp_path, [note_id(7, 0, 0, "a"), note_id(7, 0, 0, "b")])
+    assert _check(db) == (Counters(), [], 1)
+    # A round whose commit was sent but not answered may have landed, whole.
+    db2 = _database(tmp_path / "2", [note_id(7, 0, r, p) for r in (0, 1) for p in "ab"])
+    assert _check(db2) == (Counters(), [], 2)
+
+
+def test_the_checker_finds_a_deleted_acknowledged_commit(tmp_path: Path) -> None:
+    db = _database(tmp_path, [])
+    counters, problems, _ = _check(db)
+    assert counters == Counters(lost_commits=1)
+    assert problems == ["lost commit: session 0 round 0 was acknowledged and is not in the database"]
+
+
+def test_the_checker_finds_half_commits_leaks_double_writes_and_orphans(tmp_path: Path) -> None:
+    db = _database(tmp_path, [note_id(7, 0, 0, "a"), note_id(7, 0, 0, "b"), note_id(7, 0, 1, "a")])
+    conn = sqlite3.connect(str(db))
+    with conn:
+        conn.execute("INSERT INTO notes VALUES (?, 'x', 'draft')", (note_id(7, 1, 0, "a"),))
+        conn.execute("UPDATE notes SET body = 'again' WHERE id = ?", (note_id(7, 0, 0, "b"),))
+        conn.execute('CREATE TRIGGER "sg_insert_notes" AFTER INSERT ON notes BEGIN SELECT 1; END')
+    conn.close()
+    counters, problems, rounds = _check(db)
+    assert rounds == 1
+    assert counters == Counters(partial_commits=3, leaks=1, double_writes=1), problems
+    assert problems == [
+        "partial commit: session 0 round 1 has one of its two rows",
+        "partial commit: session 1 round 0 has one of its two rows",
+        "leak: session 1 round 0 never sent its commit and has rows in the database",
+        f"double write: {note_id(7, 0, 0, 'b')} was applied 2 times",
+        "orphaned capture objects in the upstream: sg_insert_notes",
+    ]
+
+
+def test_parameters_out_of_range_are_refused_before_anything_starts(tmp_path: Path) -> None:
+    with pytest.raises(KillTrialError, match="at least 1"):
+        run_kills(0, 3, out=tmp_path)
+    with pytest.raises(KillTrialError, match="SQLite only"):
+        run_kills(1, 3, out=tmp_path, upstream="postgresql")
+    with pytest.raises(KillTrialError, match="kill window"):
+        run_kills(1, 3, out=tmp_path, kill_window_s=(2.0, 1.0))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_kill_9_trials_lose_leak_and_double_nothing(tmp_path: Path) -> None:
+    result = run_kills(2, 3, out=tmp_path, seed=1, kill_window_s=(0.3, 1.0))
+    assert (
+        result.line()
+        == "chaos: partial-commits 0 lost-commits 0 leaks 0 double-writes 0 5xx 0 hangs 0 (2 trials)"
+    )
+    assert [t.problems for t in result.trials] == [[], []]
+    for trial in result.trials:
+        assert trial.rounds_open_at_kill == trial.refused_as_lost + trial.committed_before_kill, trial
+    report = [json.loads(line) for line in (tmp_path / "kills.jsonl").read_text().splitlines()]
+    assert [r["trial"] for r in report] == [0, 1]
+    assert sum(t.rounds_committed for t in result.trials) == sum(r["rounds_committed"] for r in report)
