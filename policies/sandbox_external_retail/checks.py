@@ -94,7 +94,9 @@ def vip_tickets_urgent(ctx: CheckContext) -> list[dict[str, Any]]:
 
 
 def interaction_documented(ctx: CheckContext) -> list[dict[str, Any]]:
-    """The session created or updated at least one ticket (the interaction is documented)."""
-    if any(True for _ in _written_tickets(ctx)):
+    """A session that changed records created or updated at least one ticket (the interaction is
+    documented). A session that changed nothing here commits nothing here, so there is nothing to
+    document on this upstream (another upstream of the same proxy session may hold its work)."""
+    if not ctx.changes or any(True for _ in _written_tickets(ctx)):
         return []
     return [{"tickets_written": 0, "tables_written": sorted({c.table for c in ctx.changes})}]
