@@ -544,7 +544,7 @@ def test_the_retail_pack_is_v2_and_says_what_check_prints(bench: Any) -> None:
         app, ["check", str(RETAIL_PACK), "--domain", "sandbox_external_retail", "--data", str(bench.bundle)]
     )
     assert result.exit_code == 0, result.output
-    assert "(format v2): 34 rules" in result.output
+    assert "(format v2): 35 rules" in result.output
     assert "args typed from the tools' input schemas" in result.output
     text = (RETAIL_PACK / "policy.yaml").read_text(encoding="utf-8")
     assert "CAST(" not in text and "0.0101" not in text and "COALESCE(:" not in text

@@ -103,7 +103,8 @@ async def test_a_changed_tool_list_reaches_the_agent(proxy: StdioServerParameter
                 with anyio.fail_after(20):
                     assert isinstance(await events.__anext__(), ToolsListChanged)
         assert "extra" in {t.name for t in (await agent.list_tools()).tools}
-        assert text(await agent.call_tool("extra", {})) == "extra ran"
+        extra = await agent.call_tool("extra", {})
+        assert isinstance(extra.content[0], types.TextContent) and extra.content[0].text == "extra ran"
 
 
 @pytest.mark.parametrize("mode", ERAS)

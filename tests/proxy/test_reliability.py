@@ -31,6 +31,8 @@ import httpx2
 import pytest
 import yaml
 
+from proxy.approvals.auth import hash_token
+
 pytestmark = pytest.mark.anyio
 
 MODERN = "2026-07-28"
@@ -101,6 +103,10 @@ def proxy(module_tmp: Path, harness: Any, notes: Any, policy: Path) -> Iterator[
         audit={"path": str(module_tmp / "audit.jsonl")},
         approvals={"store": f"sqlite:///{module_tmp / 'approvals.db'}", "wait_s": 0},
         sessions={"store": f"sqlite:///{module_tmp / 'sessions.db'}"},
+        # An approver exists, so a held call waits for review (with none it is refused at once).
+        auth={
+            "reviewers": [{"name": "ed", "role": "approver", "token_sha256": hash_token("reliability-ed")}]
+        },
     )
     process = harness.shadowguard_serve(config).ready()
     process.audit = module_tmp / "audit.jsonl"
