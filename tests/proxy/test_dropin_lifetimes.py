@@ -6,6 +6,7 @@ demo`` refuses a port that is already taken.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import socket
@@ -61,6 +62,32 @@ def _answer(pipe: IO[bytes], request_id: int) -> dict[str, Any]:
             return dict(message)
 
 
+@contextlib.contextmanager
+def _stdio_proxy(harness: Any, config: Path, log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``serve --stdio`` with ``config``, initialized; killed (if still running) and its pipes closed
+    at the end of the block."""
+    with log_path.open("wb") as log:
+        proxy = subprocess.Popen(
+            [harness.shadowguard, "serve", "--config", str(config), "--stdio"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+        )
+        try:
+            assert proxy.stdin is not None and proxy.stdout is not None
+            _send(proxy.stdin, harness.initialize_request())
+            assert "result" in _answer(proxy.stdout, 1)
+            _send(proxy.stdin, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+            yield proxy
+        finally:
+            if proxy.poll() is None:
+                proxy.kill()
+                proxy.wait()
+            for pipe in (proxy.stdin, proxy.stdout):
+                if pipe is not None:
+                    pipe.close()
+
+
 def test_a_stdio_proxy_ends_when_its_client_goes_even_mid_call(
     module_tmp: Path, harness: Any, marker: str
 ) -> None:
@@ -75,42 +102,25 @@ def test_a_stdio_proxy_ends_when_its_client_goes_even_mid_call(
         audit={"path": str(module_tmp / "eof-audit.jsonl")},
     )
     note = f"eof-{uuid.uuid4().hex[:6]}"
-    with (module_tmp / "eof.log").open("wb") as log:
-        proxy = subprocess.Popen(
-            [harness.shadowguard, "serve", "--config", str(config), "--stdio"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log,
-        )
+    with _stdio_proxy(harness, config, module_tmp / "eof.log") as proxy:
+        assert proxy.stdin is not None and proxy.stdout is not None
+        put = {"name": "put_note", "arguments": {"id": note, "body": "pending"}}
+        _send(proxy.stdin, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": put})
+        assert _answer(proxy.stdout, 2)["result"].get("isError") is not True
+        held = {"name": "delete_note", "arguments": {"id": "n1"}}
+        _send(proxy.stdin, {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": held})
+        store = SqlApprovalStore(store_url)
         try:
-            assert proxy.stdin is not None and proxy.stdout is not None
-            _send(proxy.stdin, harness.initialize_request())
-            assert "result" in _answer(proxy.stdout, 1)
-            _send(proxy.stdin, {"jsonrpc": "2.0", "method": "notifications/initialized"})
-            put = {"name": "put_note", "arguments": {"id": note, "body": "pending"}}
-            _send(proxy.stdin, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": put})
-            assert _answer(proxy.stdout, 2)["result"].get("isError") is not True
-            held = {"name": "delete_note", "arguments": {"id": "n1"}}
-            _send(proxy.stdin, {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": held})
-            store = SqlApprovalStore(store_url)
-            try:
-                deadline = time.monotonic() + 60
-                while not store.list(ApprovalQuery(states=[ApprovalState.PENDING])):
-                    assert time.monotonic() < deadline, "the held call never reached the queue"
-                    time.sleep(0.1)
-                proxy.stdin.close()  # the client goes while the call waits for a reviewer
-                assert proxy.wait(timeout=60) == 0, (module_tmp / "eof.log").read_text()
-                [request] = store.list(ApprovalQuery())
-                assert request.state is ApprovalState.CANCELLED
-            finally:
-                store.close()
+            deadline = time.monotonic() + 60
+            while not store.list(ApprovalQuery(states=[ApprovalState.PENDING])):
+                assert time.monotonic() < deadline, "the held call never reached the queue"
+                time.sleep(0.1)
+            proxy.stdin.close()  # the client goes while the call waits for a reviewer
+            assert proxy.wait(timeout=60) == 0, (module_tmp / "eof.log").read_text()
+            [request] = store.list(ApprovalQuery())
+            assert request.state is ApprovalState.CANCELLED
         finally:
-            if proxy.poll() is None:
-                proxy.kill()
-                proxy.wait()
-            for pipe in (proxy.stdin, proxy.stdout):
-                if pipe is not None:
-                    pipe.close()
+            store.close()
     assert note not in harness.notes_rows(db), "the session was rolled back, never committed"
     records = [json.loads(line) for line in (module_tmp / "eof-audit.jsonl").read_text().splitlines()]
     assert [r["reason"] for r in records if r["kind"] == "rollback"] == ["closed"]
@@ -133,30 +143,13 @@ def test_a_stdio_proxy_ends_when_its_client_goes_during_a_slow_upstream_call(
         approvals={"store": f"sqlite:///{module_tmp / 'slow.db'}"},
         http={"host": "127.0.0.1", "port": 0},
     )
-    with (module_tmp / "slow.log").open("wb") as log:
-        proxy = subprocess.Popen(
-            [harness.shadowguard, "serve", "--config", str(config), "--stdio"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log,
-        )
-        try:
-            assert proxy.stdin is not None and proxy.stdout is not None
-            _send(proxy.stdin, harness.initialize_request())
-            assert "result" in _answer(proxy.stdout, 1)
-            _send(proxy.stdin, {"jsonrpc": "2.0", "method": "notifications/initialized"})
-            slow = {"name": "sleep", "arguments": {"seconds": 600}}
-            _send(proxy.stdin, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": slow})
-            time.sleep(1.0)  # the call is on its way to the upstream (or already there)
-            proxy.stdin.close()
-            assert proxy.wait(timeout=60) == 0, (module_tmp / "slow.log").read_text()
-        finally:
-            if proxy.poll() is None:
-                proxy.kill()
-                proxy.wait()
-            for pipe in (proxy.stdin, proxy.stdout):
-                if pipe is not None:
-                    pipe.close()
+    with _stdio_proxy(harness, config, module_tmp / "slow.log") as proxy:
+        assert proxy.stdin is not None and proxy.stdout is not None
+        slow = {"name": "sleep", "arguments": {"seconds": 600}}
+        _send(proxy.stdin, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": slow})
+        time.sleep(1.0)  # the call is on its way to the upstream (or already there)
+        proxy.stdin.close()
+        assert proxy.wait(timeout=60) == 0, (module_tmp / "slow.log").read_text()
     assert harness.pids_with_marker(marker) == [], "no upstream process is left behind"
 
 
