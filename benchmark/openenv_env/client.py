@@ -17,10 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from openenv.core.client_types import StepResult
-from openenv.core.env_client import EnvClient
 from pydantic import BaseModel
 
+from benchmark.openenv_env._openenv import EnvClient, StepResult
 from benchmark.openenv_env.models import (
     CallTool,
     CallTools,

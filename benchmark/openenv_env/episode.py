@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Mapping
 from typing import Any
 
-from openenv.core.env_server import Environment
+from benchmark.openenv_env._openenv import Environment
 from pydantic import ValidationError
 
 from benchmark.openenv_env.models import (
@@ -252,8 +252,8 @@ class TBEpisode(Environment[WireAction, TBObservation, TBState]):
 def _first_errors(exc: ValidationError, limit: int = 3) -> str:
     parts = []
     for err in exc.errors()[:limit]:
-        where = ".".join(str(p) for p in err["loc"]) or "action"
-        parts.append(f"{where}: {err['msg']}")
+        where = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{where}: {err['msg']}" if where else err["msg"])
     return "; ".join(parts)
 
 

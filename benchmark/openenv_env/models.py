@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from openenv.core.env_server import Action, Observation, State
+from benchmark.openenv_env._openenv import Action, Observation, State
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 RESERVED_PREFIXES = ("__reserved__", "_finish")

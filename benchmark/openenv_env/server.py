@@ -13,7 +13,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
-from openenv.core.env_server import HTTPEnvServer
+from benchmark.openenv_env._openenv import HTTPEnvServer
 
 from benchmark.openenv_env.episode import TBEpisode
 from benchmark.openenv_env.models import TBObservation, WireAction

@@ -133,13 +133,15 @@ class Live:
             if outcome.verdict in STOPS:
                 guard["hint"] = reply.text
                 guard["rules"] = [v.rule_id for v in outcome.violations]
-            error = self._kind(name, arguments, reply.text) if reply.is_error else None
+            error = self._kind(name, arguments, reply.text, stopped=reply.is_error)
             out = ToolOutcome(name=name, call_id=call_id, tool_result=reply.text, tool_error=error, guard=guard)
         self.transcript.append({"role": "tool", "name": name, "id": call_id, "content": out.tool_result})
         return out
 
-    def _kind(self, name: str, arguments: Mapping[str, Any], text: str) -> Any:
-        if not is_error_text(text) and not text.startswith("Error"):
+    def _kind(self, name: str, arguments: Mapping[str, Any], text: str, stopped: bool = False) -> Any:
+        """None for a result; else ``invalid_args`` when the tool's input model rejects the arguments,
+        ``execution_error`` otherwise (a tool's in-band error, or the guard's refusal or hold)."""
+        if not stopped and not is_error_text(text):
             return None
         try:
             self.env.tools[name].input_model.model_validate(dict(arguments))

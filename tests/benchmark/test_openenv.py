@@ -21,10 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
-pytest.importorskip("openenv.core.env_client")
-
-from benchmark.openenv_env.client import ThinkingBoxEnv  # noqa: E402
-from benchmark.tasks import Task, resolve_data  # noqa: E402
+from benchmark.openenv_env.client import ThinkingBoxEnv
+from benchmark.tasks import Task, resolve_data
 
 ROOT = Path(__file__).resolve().parents[2]
 ST002 = "sandbox_external_retail_group1.py:test_case_ST002_001"
@@ -37,14 +35,10 @@ class Server:
     http: str
     proc: subprocess.Popen[str]
     lines: list[str]
+    tasks: dict[str, Task]
 
     def log(self) -> str:
         return "".join(self.lines)
-
-
-@pytest.fixture(scope="module")
-def tasks() -> dict[str, Task]:
-    return {t.id: t for t in resolve_data().tasks()}
 
 
 @pytest.fixture(scope="module")
@@ -71,9 +65,10 @@ def server() -> Iterator[Server]:
 
     threading.Thread(target=pump, daemon=True).start()
     try:
+        tasks = {t.id: t for t in resolve_data().tasks()}  # while the server starts
         ready.wait(120)
         assert port, f"server did not start: {''.join(lines)}"
-        srv = Server(f"ws://127.0.0.1:{port[0]}", f"http://127.0.0.1:{port[0]}", proc, lines)
+        srv = Server(f"ws://127.0.0.1:{port[0]}", f"http://127.0.0.1:{port[0]}", proc, lines, tasks)
         for _ in range(100):
             try:
                 if httpx.get(srv.http + "/ready", timeout=2).status_code == 200:
@@ -84,10 +79,16 @@ def server() -> Iterator[Server]:
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         try:
-            proc.wait(15)
+            proc.wait(5)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        proc.stderr.close()
+
+
+@pytest.fixture(scope="module")
+def tasks(server: Server) -> dict[str, Task]:
+    return server.tasks
 
 
 def golden(task: Task) -> list[dict[str, Any]]:
