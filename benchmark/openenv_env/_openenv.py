@@ -12,8 +12,8 @@ import sys
 if "gradio" not in sys.modules:
     sys.modules["gradio"] = None  # type: ignore[assignment]
 
-from openenv.core.client_types import StepResult  # noqa: E402
-from openenv.core.env_client import EnvClient  # noqa: E402
-from openenv.core.env_server import Action, Environment, HTTPEnvServer, Observation, State  # noqa: E402
+from openenv.core.client_types import StepResult
+from openenv.core.env_client import EnvClient
+from openenv.core.env_server import Action, Environment, HTTPEnvServer, Observation, State
 
 __all__ = ["Action", "EnvClient", "Environment", "HTTPEnvServer", "Observation", "State", "StepResult"]

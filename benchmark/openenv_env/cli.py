@@ -18,7 +18,9 @@ def openenv_cmd(
     arm: Annotated[str, typer.Option("--arm", help=ARM_HELP)] = "guard",
     port: Annotated[int, typer.Option(help="Port (0: any free port; the URL goes to stderr).")] = 8000,
     host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
-    max_episodes: Annotated[int, typer.Option(help="Most episodes (WebSocket sessions) at once.", min=1)] = 64,
+    max_episodes: Annotated[
+        int, typer.Option(help="Most episodes (WebSocket sessions) at once.", min=1)
+    ] = 64,
     data: Annotated[str | None, typer.Option("--data", help="Benchmark data (as for bench run).")] = None,
     db: Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL for episode state.")] = None,
     policy_dir: Annotated[Path, typer.Option(help="Policy packs, one folder per domain.")] = Path("policies"),
@@ -28,7 +30,9 @@ def openenv_cmd(
     user_sim: Annotated[
         str | None, typer.Option("--user-sim", help="User simulator as MODULE:ATTR (default: none).")
     ] = None,
-    judge: Annotated[str | None, typer.Option("--judge", help="Rubric judge as MODULE:ATTR (default: none).")] = None,
+    judge: Annotated[
+        str | None, typer.Option("--judge", help="Rubric judge as MODULE:ATTR (default: none).")
+    ] = None,
 ) -> None:
     """Serve the 507 tasks over OpenEnv (WebSocket /ws, /ready) with the guard in each episode's path;
     see docs/openenv.md."""
@@ -53,7 +57,7 @@ def openenv_cmd(
             resolve_data(data),
             Database(db),
             default_arm=arm,
-            reviewer=reviewer,  # type: ignore[arg-type]
+            reviewer=reviewer,
             policy_dir=policy_dir,
             user=load_hook(user_sim, UserSimulator) if user_sim else None,
             judge=load_hook(judge, RubricJudge) if judge else None,

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections.abc import Mapping
 from typing import Any
 
-from benchmark.openenv_env._openenv import Environment
 from pydantic import ValidationError
 
+from benchmark.openenv_env._openenv import Environment
 from benchmark.openenv_env.models import (
     ACTION_ADAPTER,
     FINISH_REASONS,
@@ -30,7 +29,6 @@ from benchmark.openenv_env.models import (
     SubmitMessage,
     TBObservation,
     TBState,
-    ToolOutcome,
     WireAction,
     reserved,
 )
@@ -43,7 +41,7 @@ class BadInput(ValueError):
     """The client's request is wrong: answered with an ``error`` observation, nothing changed."""
 
 
-class TBEpisode(Environment[WireAction, TBObservation, TBState]):
+class TBEpisode(Environment[WireAction, TBObservation, TBState]):  # type: ignore[misc]
     SUPPORTS_CONCURRENT_SESSIONS = True
 
     def __init__(self, shared: Shared) -> None:
@@ -255,5 +253,3 @@ def _first_errors(exc: ValidationError, limit: int = 3) -> str:
         where = ".".join(str(p) for p in err["loc"])
         parts.append(f"{where}: {err['msg']}" if where else err["msg"])
     return "; ".join(parts)
-
-

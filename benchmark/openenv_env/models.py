@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from benchmark.openenv_env._openenv import Action, Observation, State
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from benchmark.openenv_env._openenv import Action, Observation, State
 
 RESERVED_PREFIXES = ("__reserved__", "_finish")
 """Tool names an agent may not call: the harness's own (``__reserved__init`` ...) and the trusted
@@ -64,10 +65,10 @@ class Finish(_Strict):
 
 
 AnyAction = Annotated[ListTools | CallTool | CallTools | SubmitMessage | Finish, Field(discriminator="type")]
-ACTION_ADAPTER: TypeAdapter[ListTools | CallTool | CallTools | SubmitMessage | Finish] = TypeAdapter(AnyAction)
+ACTION_ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyAction)  # type: ignore[arg-type]
 
 
-class WireAction(Action):
+class WireAction(Action):  # type: ignore[misc]
     """What the server accepts from the socket: an object with a ``type`` and whatever else; the
     episode validates it against :data:`AnyAction` and answers a bad one with an ``error``
     observation."""
@@ -89,7 +90,7 @@ class ToolOutcome(BaseModel):
     ``off``."""
 
 
-class TBObservation(Observation):
+class TBObservation(Observation):  # type: ignore[misc]
     """A ThinkingBox observation. ``reward`` is set only at the terminal step (1.0 pass, else 0.0)."""
 
     kind: Kind
@@ -111,7 +112,7 @@ class TBObservation(Observation):
     error: str | None = None
 
 
-class TBState(State):
+class TBState(State):  # type: ignore[misc]
     status: Status = "idle"
     test_uid: str | None = None
     arm: str | None = None

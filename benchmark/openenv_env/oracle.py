@@ -54,7 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     kinds = Counter(k for _, _, k in rows)
     passed = sum(1 for _, r, _ in rows if r == 1.0)
     print(f"oracle via OpenEnv, arm {args.arm}: reward 1.0 on {passed}/{len(rows)}; {dict(kinds)}")
-    print(f"  {len(rows)} episodes in {seconds:.1f} s at concurrency {args.concurrency}; rewards {dict(rewards)}")
+    print(
+        f"  {len(rows)} episodes in {seconds:.1f} s at concurrency {args.concurrency}; "
+        f"rewards {dict(rewards)}"
+    )
     for uid, reward, kind in rows:
         if reward != 1.0:
             print(f"  not passed: {uid} ({kind})")

@@ -13,8 +13,8 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
-from benchmark.openenv_env._openenv import HTTPEnvServer
 
+from benchmark.openenv_env._openenv import HTTPEnvServer
 from benchmark.openenv_env.episode import TBEpisode
 from benchmark.openenv_env.models import TBObservation, WireAction
 from benchmark.openenv_env.shared import Shared

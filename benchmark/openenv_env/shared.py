@@ -122,10 +122,14 @@ class Live:
         )
         tool = self.env.tools.get(name)
         if tool is None:
-            out = ToolOutcome(name=name, call_id=call_id, tool_result=f"Unknown tool: {name}", tool_error="tool_not_found")
+            out = ToolOutcome(
+                name=name, call_id=call_id, tool_result=f"Unknown tool: {name}", tool_error="tool_not_found"
+            )
         elif self.surface is None:
             text = executor_for(self.env)(name, arguments).text
-            out = ToolOutcome(name=name, call_id=call_id, tool_result=text, tool_error=self._kind(name, arguments, text))
+            out = ToolOutcome(
+                name=name, call_id=call_id, tool_result=text, tool_error=self._kind(name, arguments, text)
+            )
         else:
             reply = self.surface.call(name, arguments)
             outcome = self.surface.final[-1]
@@ -134,7 +138,9 @@ class Live:
                 guard["hint"] = reply.text
                 guard["rules"] = [v.rule_id for v in outcome.violations]
             error = self._kind(name, arguments, reply.text, stopped=reply.is_error)
-            out = ToolOutcome(name=name, call_id=call_id, tool_result=reply.text, tool_error=error, guard=guard)
+            out = ToolOutcome(
+                name=name, call_id=call_id, tool_result=reply.text, tool_error=error, guard=guard
+            )
         self.transcript.append({"role": "tool", "name": name, "id": call_id, "content": out.tool_result})
         return out
 

@@ -206,7 +206,9 @@ def test_dropped_socket_is_rolled_back(server: Server, tasks: dict[str, Task]) -
         if "dropped-episode" in server.log():
             break
         time.sleep(0.1)
-    assert re.search(r"dropped-episode .*abandoned by its client: rolled back, 2 call\(s\) discarded", server.log())
+    assert re.search(
+        r"dropped-episode .*abandoned by its client: rolled back, 2 call\(s\) discarded", server.log()
+    )
     assert httpx.get(server.http + "/ready").json()["active_episodes"] == 0
 
     async def fresh() -> Any:
