@@ -13,26 +13,27 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from benchmark.openenv_env.client import ThinkingBoxEnv
 from benchmark.tasks import Task, resolve_data
 
+Row = tuple[str, float | None, dict[str, Any]]
 
-async def oracle_episode(url: str, task: Task, arm: str) -> tuple[str, float | None, str | None]:
+
+async def oracle_episode(url: str, task: Task, arm: str) -> Row:
     async with ThinkingBoxEnv(base_url=url) as env:
         await env.reset(test_uid=task.id, arm=arm)
         for i, call in enumerate(task.answer.golden_tool_interactions):
             await env.call_tool(call.tool, call.parameters, call_id=f"call_{i}")
         result = await env.finish()
-        return task.id, result.reward, result.observation.reward_type
+        return task.id, result.reward, result.observation.test_summary or {}
 
 
-async def run_oracle(
-    url: str, tasks: Sequence[Task], arm: str, concurrency: int
-) -> list[tuple[str, float | None, str | None]]:
+async def run_oracle(url: str, tasks: Sequence[Task], arm: str, concurrency: int) -> list[Row]:
     gate = asyncio.Semaphore(concurrency)
 
-    async def one(task: Task) -> tuple[str, float | None, str | None]:
+    async def one(task: Task) -> Row:
         async with gate:
             return await oracle_episode(url, task, arm)
 
@@ -50,18 +51,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     rows = asyncio.run(run_oracle(args.url, tasks, args.arm, args.concurrency))
     seconds = time.perf_counter() - started
-    rewards = Counter(r for _, r, _ in rows)
-    kinds = Counter(k for _, _, k in rows)
     passed = sum(1 for _, r, _ in rows if r == 1.0)
-    print(f"oracle via OpenEnv, arm {args.arm}: reward 1.0 on {passed}/{len(rows)}; {dict(kinds)}")
-    print(
-        f"  {len(rows)} episodes in {seconds:.1f} s at concurrency {args.concurrency}; "
-        f"rewards {dict(rewards)}"
-    )
-    for uid, reward, kind in rows:
-        if reward != 1.0:
-            print(f"  not passed: {uid} ({kind})")
-    return 0 if passed == len(rows) else 1
+    db = sum(1 for _, _, summary in rows if summary.get("db") == "pass")
+    rubrics = Counter(str(summary["rubrics"]) for _, _, summary in rows if "rubrics" in summary)
+    print(f"oracle via OpenEnv, arm {args.arm}: reward 1.0 on {passed}/{len(rows)}")
+    print(f"  state check passed on {db}/{len(rows)}; rubric tasks: {dict(rubrics)}")
+    print(f"  {len(rows)} episodes in {seconds:.1f} s at concurrency {args.concurrency}")
+    for uid, reward, summary in rows:
+        if reward != 1.0 and "rubrics" not in summary:
+            print(f"  not passed: {uid} {summary}")
+    return 0 if db == len(rows) else 1
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import logging
 import sys
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 
 from benchmark.openenv_env._openenv import HTTPEnvServer
@@ -20,9 +20,10 @@ from benchmark.openenv_env.models import TBObservation, WireAction
 from benchmark.openenv_env.shared import Shared
 
 ENV_NAME = "shadowguard-thinkingbox"
+log = logging.getLogger("shadowguard.openenv")
 
 
-def build_app(shared: Shared, max_episodes: int = 64) -> FastAPI:
+def build_app(shared: Shared, max_episodes: int = 64) -> _QuietClose:
     """The FastAPI app serving ``shared``'s tasks; ``shared`` is warmed first (fails on bad data)."""
     shared.warm()
     server = HTTPEnvServer(
@@ -48,7 +49,26 @@ def build_app(shared: Shared, max_episodes: int = 64) -> FastAPI:
         return JSONResponse(body)
 
     server.register_routes(app)
-    return app
+    return _QuietClose(app)
+
+
+class _QuietClose:
+    """openenv-core 0.3's ``/ws`` handler closes the socket after the client has gone and lets the
+    resulting ``WebSocketDisconnect`` escape (later ``openenv`` releases catch it): a client that ends
+    its session normally would log a traceback. Only that exception, on a WebSocket, is dropped here;
+    the episode was already closed (and, if unfinished, rolled back) by then."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        except WebSocketDisconnect:
+            log.debug("websocket closed by the client before the server's close frame")
 
 
 def serve(shared: Shared, host: str, port: int, max_episodes: int) -> None:
