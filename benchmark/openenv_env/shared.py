@@ -49,6 +49,8 @@ class Shared:
     user: UserSimulator | None = None
     judge: RubricJudge | None = None
     max_user_turns: int = 10
+    domains_served: tuple[str, ...] = ()
+    """Only these domains' tasks (default: all)."""
     tasks: dict[str, Task] = field(init=False)
     domains: dict[str, Domain] = field(init=False)
     packs: dict[str, PolicyPack] = field(init=False)
@@ -57,7 +59,7 @@ class Shared:
     def __post_init__(self) -> None:
         if self.default_arm not in SERVABLE_ARMS:
             raise ArmChoiceError(f"unknown arm {self.default_arm!r}; servable: {', '.join(SERVABLE_ARMS)}")
-        self.tasks = {t.id: t for t in self.bench.tasks()}
+        self.tasks = {t.id: t for t in self.bench.tasks(self.domains_served or None)}
         self.domains, self.packs, self.versions = {}, {}, {}
         for name in sorted({t.domain for t in self.tasks.values()}):
             self.domains[name] = load_domain(name, self.bench.bundle)
@@ -137,6 +139,8 @@ class Live:
             if outcome.verdict in STOPS:
                 guard["hint"] = reply.text
                 guard["rules"] = [v.rule_id for v in outcome.violations]
+                if outcome.error_class:
+                    guard["error_class"] = outcome.error_class
             error = self._kind(name, arguments, reply.text, stopped=reply.is_error)
             out = ToolOutcome(
                 name=name, call_id=call_id, tool_result=reply.text, tool_error=error, guard=guard

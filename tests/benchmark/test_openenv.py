@@ -146,23 +146,52 @@ def test_sync_client_call_tools_batch(server: Server, tasks: dict[str, Task]) ->
         assert final.reward == 1.0 and final.observation.finish_reason == "done"
 
 
-def test_fault_off_fails_guard_refuses_with_hint(server: Server, tasks: dict[str, Task]) -> None:
-    """The golden calls plus a delete off the tool surface (a fault-corpus family): off loses the
-    user record (reward 0); guard refuses the delete with its hint, commits the rest (reward 1)."""
-    calls = [*golden(tasks[ST002]), DELETE]
+def _fault(task: Task, family: str) -> list[dict[str, Any]]:
+    """Two mutations of ST002's golden calls as ``bench faults`` makes them (families extra_write and
+    bad_argument)."""
+    create, update = golden(task)
+    if family == "extra_write":  # the create repeated for another assignee
+        item = {**create["arguments"]["item"], "assignee_id": "5"}
+        return [create, {"name": create["name"], "arguments": {**create["arguments"], "item": item}}, update]
+    item = {**create["arguments"]["item"], "assignee_id": {"value": "2"}}
+    return [{"name": create["name"], "arguments": {**create["arguments"], "item": item}}, update]
+
+
+def test_fault_off_fails_guard_answers_with_its_hint(server: Server, tasks: dict[str, Task]) -> None:
+    """extra_write: off commits the stray ticket (reward 0); guard rolls the call back with its hint
+    and commits the rest (reward 1). bad_argument: guard refuses the call as invalid arguments."""
+    calls = _fault(tasks[ST002], "extra_write")
     off, _ = asyncio.run(thinkingbox_loop(server.url, ST002, calls, "off"))
     assert off.reward == 0.0 and off.observation.reward_type == "fail"
     assert off.observation.test_summary["db"] == "fail"
     guard, seen = asyncio.run(thinkingbox_loop(server.url, ST002, calls, "guard"))
-    refused = seen[-1]
-    assert refused.kind == "tool" and refused.tool_error == "execution_error"
-    assert refused.guard is not None and refused.guard["verdict"] == "refused"
-    assert refused.guard["rules"] == ["tool_not_allowed"]
-    assert refused.guard["hint"] == refused.tool_result and "zendesk_delete_item" in refused.tool_result
-    assert guard.reward == 1.0
+    stopped = seen[1]
+    assert stopped.kind == "tool" and stopped.tool_error == "execution_error" and not stopped.done
+    assert stopped.guard is not None and stopped.guard["verdict"] == "rolled_back"
+    assert stopped.guard["rules"] == ["retail.tickets.assignee_is_agent"]
+    assert stopped.guard["hint"] == stopped.tool_result
+    assert 'assigned to agent "2"' in stopped.tool_result
+    assert guard.reward == 1.0 and guard.observation.reward_type == "pass"
     summary = guard.observation.test_summary["guard"]
-    assert summary["first_intervention"] == "zendesk_delete_item: refused (tool_not_allowed)"
-    assert summary["verdicts"] == {"allowed": 2, "refused": 1} and summary["intervened"] is True
+    assert (
+        summary["first_intervention"] == "zendesk_create_item: rolled_back (retail.tickets.assignee_is_agent)"
+    )
+    assert summary["verdicts"] == {"allowed": 2, "rolled_back": 1} and summary["intervened"] is True
+
+    bad, seen = asyncio.run(
+        thinkingbox_loop(server.url, ST002, _fault(tasks[ST002], "bad_argument"), "guard")
+    )
+    refused = seen[0]
+    assert refused.tool_error == "invalid_args" and refused.guard is not None
+    assert (refused.guard["verdict"], refused.guard["error_class"]) == ("refused", "invalid_arguments")
+    assert "item.assignee_id: wrong type" in refused.tool_result
+    assert bad.reward == 0.0
+
+
+def test_off_surface_delete_is_refused(server: Server, tasks: dict[str, Task]) -> None:
+    guard, seen = asyncio.run(thinkingbox_loop(server.url, ST002, [*golden(tasks[ST002]), DELETE], "guard"))
+    assert seen[-1].guard is not None and seen[-1].guard["rules"] == ["tool_not_allowed"]
+    assert guard.reward == 1.0
 
 
 async def _episode(url: str, task: Task, arm: str) -> tuple[str, float | None]:
