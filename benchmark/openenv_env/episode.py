@@ -22,6 +22,7 @@ from benchmark.openenv_env._openenv import Environment
 from benchmark.openenv_env.models import (
     ACTION_ADAPTER,
     FINISH_REASONS,
+    BadInput,
     CallTool,
     CallTools,
     Finish,
@@ -35,10 +36,6 @@ from benchmark.openenv_env.models import (
 from benchmark.openenv_env.shared import Live, Shared, open_live
 
 log = logging.getLogger("shadowguard.openenv")
-
-
-class BadInput(ValueError):
-    """The client's request is wrong: answered with an ``error`` observation, nothing changed."""
 
 
 class TBEpisode(Environment[WireAction, TBObservation, TBState]):  # type: ignore[misc]

@@ -120,5 +120,9 @@ class TBState(State):  # type: ignore[misc]
     user_turns: int = 0
 
 
+class BadInput(ValueError):
+    """The client's request is wrong: answered with an ``error`` observation, nothing changed."""
+
+
 def reserved(name: str) -> bool:
     return name.startswith(RESERVED_PREFIXES)

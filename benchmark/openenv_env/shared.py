@@ -21,7 +21,7 @@ from benchmark.campaign.surfaces import GuardedTools, Reviewer
 from benchmark.envs import Database, Domain, Environment, load_domain
 from benchmark.guarded import backend_for, executor_for, is_error_text, tool_infos
 from benchmark.openenv_env.hooks import RubricJudge, UserSimulator
-from benchmark.openenv_env.models import ToolOutcome
+from benchmark.openenv_env.models import BadInput, ToolOutcome
 from benchmark.tasks import BenchData, Task
 from guard.approvals.gate import ApprovalGate, policy_version
 from guard.approvals.sql import SqlApprovalStore
@@ -33,10 +33,6 @@ from guard.session import GuardSession
 SERVABLE_ARMS = tuple(name for name, arm in ARMS.items() if not arm.oracle)
 """Every arm but ``oracle-ceiling``: the served guard never reads the answer key."""
 STOPS = (Verdict.REFUSED, Verdict.HELD, Verdict.ROLLED_BACK)
-
-
-class ArmChoiceError(ValueError):
-    pass
 
 
 @dataclass
@@ -58,7 +54,7 @@ class Shared:
 
     def __post_init__(self) -> None:
         if self.default_arm not in SERVABLE_ARMS:
-            raise ArmChoiceError(f"unknown arm {self.default_arm!r}; servable: {', '.join(SERVABLE_ARMS)}")
+            raise ValueError(f"unknown arm {self.default_arm!r}; servable: {', '.join(SERVABLE_ARMS)}")
         self.tasks = {t.id: t for t in self.bench.tasks(self.domains_served or None)}
         self.domains, self.packs, self.versions = {}, {}, {}
         for name in sorted({t.domain for t in self.tasks.values()}):
@@ -78,8 +74,6 @@ class Shared:
     def arm(self, name: str | None) -> Arm:
         chosen = name or self.default_arm
         if chosen not in SERVABLE_ARMS:
-            from benchmark.openenv_env.episode import BadInput
-
             raise BadInput(f"unknown arm {chosen!r}; one of {', '.join(SERVABLE_ARMS)}")
         return ARMS[chosen]
 
