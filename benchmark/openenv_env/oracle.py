@@ -46,8 +46,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--arm", default="guard")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--data", default=None)
+    parser.add_argument("--domain", action="append", help="only these domains (repeatable)")
     args = parser.parse_args(argv)
-    tasks = resolve_data(args.data).tasks()
+    tasks = resolve_data(args.data).tasks(args.domain)
     started = time.perf_counter()
     rows = asyncio.run(run_oracle(args.url, tasks, args.arm, args.concurrency))
     seconds = time.perf_counter() - started
