@@ -648,3 +648,13 @@ def _mount_campaign() -> None:
 
 
 _mount_campaign()
+
+
+def _mount_openenv() -> None:
+    """``env openenv`` (benchmark.openenv_env.cli; needs the ``openenv`` extra only when run)."""
+    from benchmark.openenv_env.cli import openenv_cmd
+
+    env_app.command("openenv")(openenv_cmd)
+
+
+_mount_openenv()

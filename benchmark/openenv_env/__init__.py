@@ -1,0 +1,6 @@
+"""The guarded benchmark behind the OpenEnv interface (``shadowguard env openenv``).
+
+The 507 ThinkingBox-Bench tasks on our environments, served with the ``openenv`` package's server
+classes under ThinkingBox's OpenEnv contract (actions, observations, state, binary terminal reward),
+with the guard in each episode's path. See docs/openenv.md.
+"""

@@ -1,0 +1,68 @@
+"""``shadowguard env openenv``: the guarded benchmark as an OpenEnv environment server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+ARM_HELP = (
+    "Default arm of every episode (a reset may name another): guard, off, or one lever "
+    "(validation, retries, checks, approvals, surface)."
+)
+
+
+def openenv_cmd(
+    arm: Annotated[str, typer.Option("--arm", help=ARM_HELP)] = "guard",
+    port: Annotated[int, typer.Option(help="Port (0: any free port; the URL goes to stderr).")] = 8000,
+    host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
+    max_episodes: Annotated[
+        int, typer.Option(help="Most episodes (WebSocket sessions) at once.", min=1)
+    ] = 64,
+    data: Annotated[str | None, typer.Option("--data", help="Benchmark data (as for bench run).")] = None,
+    db: Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL for episode state.")] = None,
+    policy_dir: Annotated[Path, typer.Option(help="Policy packs, one folder per domain.")] = Path("policies"),
+    reviewer: Annotated[
+        str, typer.Option(help="Who decides held calls: approve-matching, reject-all or none.")
+    ] = "approve-matching",
+    user_sim: Annotated[
+        str | None, typer.Option("--user-sim", help="User simulator as MODULE:ATTR (default: none).")
+    ] = None,
+    judge: Annotated[
+        str | None, typer.Option("--judge", help="Rubric judge as MODULE:ATTR (default: none).")
+    ] = None,
+) -> None:
+    """Serve the 507 tasks over OpenEnv (WebSocket /ws, /ready) with the guard in each episode's path;
+    see docs/openenv.md."""
+    console = Console(stderr=True)
+    try:
+        from benchmark.openenv_env.hooks import RubricJudge, UserSimulator, load_hook
+        from benchmark.openenv_env.server import serve
+        from benchmark.openenv_env.shared import Shared
+    except ImportError as exc:  # the optional extra is missing
+        console.print(f"[red]error:[/red] {exc}; install the extra: pip install 'shadowguard[openenv]'")
+        raise typer.Exit(2) from exc
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from benchmark.campaign.surfaces import REVIEWERS
+    from benchmark.envs import Database, EnvError
+    from benchmark.tasks import resolve_data
+
+    if reviewer not in REVIEWERS:
+        raise typer.BadParameter(f"one of {', '.join(REVIEWERS)}", param_hint="--reviewer")
+    try:
+        shared = Shared(
+            resolve_data(data),
+            Database(db),
+            default_arm=arm,
+            reviewer=reviewer,
+            policy_dir=policy_dir,
+            user=load_hook(user_sim, UserSimulator) if user_sim else None,
+            judge=load_hook(judge, RubricJudge) if judge else None,
+        )
+    except (EnvError, ValueError, SQLAlchemyError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    serve(shared, host, port, max_episodes)
