@@ -278,4 +278,4 @@ class ReplayAgent:
         return _play(view, tools, self.trajectories[view.case].calls, stop=True)
 
 
-AGENTS = ("oracle", "replay", "simulated")
+AGENTS = ("oracle", "replay", "simulated", "llm")
