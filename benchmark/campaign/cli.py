@@ -321,6 +321,10 @@ def register(app: typer.Typer) -> None:
                 FaultPlan.parse(faults, seed=seed)
         except (ArmError, FaultSpecError) as exc:
             raise fail(f"--{'faults' if isinstance(exc, FaultSpecError) else 'arms'}: {exc}") from exc
+        if through_proxy and set(chosen_arms) - {"off", "guard"}:
+            raise fail("--through-proxy runs the arms off and guard (the proxy runs a whole pack)")
+        if through_proxy and faults is not None:
+            raise fail("--through-proxy does not inject --faults (the upstream is a real server)")
         if out.exists() and not resume:
             raise fail(f"{out} exists: pass --resume to continue it, or choose another --out")
         if out.parent and not out.parent.is_dir():

@@ -194,6 +194,9 @@ class Worker:
         self._init_state: dict[str, Any] = {}
 
     def close(self) -> None:
+        stack = getattr(self, "proxy_stack", None)  # --through-proxy: the worker's servers
+        if stack is not None:
+            stack.close()
         if self._store is not None:
             self._store.close()
         if self._tmp is not None:

@@ -94,7 +94,8 @@ class StubBrain:
 
     def _agent(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         names = {str(t["function"]["name"]) for t in tools if t.get("type") == "function"}
-        domain = next((d for tools_of, d in self._domain_of_tools.items() if tools_of <= names), None)
+        overlap = {d: len(tools_of & names) for tools_of, d in self._domain_of_tools.items()}
+        domain = max(overlap, key=lambda d: overlap[d]) if overlap and max(overlap.values()) else None
         users = [str(m.get("content") or "") for m in messages if m.get("role") == "user"]
         if domain is None or not users:
             return _text("I cannot tell which benchmark domain these tools belong to. <DONE>")
