@@ -572,8 +572,10 @@ def make_agent(
 
         if config.llm_config is None:
             raise ValueError("--agent llm needs --llm-config FILE")
-        tasks = {t.id: t for t in bench.tasks(config.domains or None)}
-        return LlmAgent(load_llm_config(config.llm_config), tasks, _dataset_root(bench) / "agent" / "think.yaml")
+        by_id = {t.id: t for t in bench.tasks(config.domains or None)}
+        return LlmAgent(
+            load_llm_config(config.llm_config), by_id, _dataset_root(bench) / "agent" / "think.yaml"
+        )
     raise ValueError(f"unknown agent {config.agent!r}; known: oracle, replay, simulated, llm")
 
 

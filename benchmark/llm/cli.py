@@ -51,16 +51,27 @@ def register(app: typer.Typer) -> None:
         host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
         port: Annotated[int, typer.Option(help="Port (0: any free port; the URL goes to stderr).")] = 8800,
         data: Annotated[str | None, typer.Option("--data", help="Benchmark data (see README).")] = None,
+        domain: Annotated[
+            list[str] | None, typer.Option("--domain", help="Load only these domains (repeatable; faster).")
+        ] = None,
     ) -> None:
         """Serve a scripted OpenAI-compatible chat endpoint: a TEST DOUBLE that replays golden calls
         (with one injected fault it corrects on a guard hint), for tests and demos; never a model."""
         console = Console(stderr=True)
         if policy not in POLICIES:
-            console.print(f"[red]error:[/red] --policy: unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+            console.print(
+                f"[red]error:[/red] --policy: unknown policy {policy!r}; known: {', '.join(POLICIES)}"
+            )
             raise typer.Exit(2)
         try:
             key = api_key_from(api_key_env)
-            brain = StubBrain(resolve_data(data), _policy(policy), ask_first=ask_first, judge_answer=judge_answer)
+            brain = StubBrain(
+                resolve_data(data),
+                _policy(policy),
+                ask_first=ask_first,
+                judge_answer=judge_answer,
+                domains=tuple(domain or ()),
+            )
         except (ValueError, EnvError) as exc:
             console.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(2) from exc

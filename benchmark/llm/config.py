@@ -95,8 +95,8 @@ class _File(BaseModel):
 
     endpoint: _Partial = Field(default_factory=_Partial)
     agent: _Partial | None = None
-    user: _Partial | None | Literal["none"] = None
-    judge: _Partial | None | Literal["none"] = None
+    user: _Partial | Literal["none"] | None = None
+    judge: _Partial | Literal["none"] | None = None
     max_agent_actions: int = Field(default=100, ge=1)
     max_user_turns: int = Field(default=10, ge=0)
 
@@ -143,7 +143,7 @@ def parse_llm_config(raw: Any, path: Path) -> LlmConfig:
         raise LlmConfigError(f"{path}: field {where}: {first['msg']}") from None
     agent = _merge(path, "agent", parsed.endpoint, parsed.agent)
 
-    def role(name: str, own: _Partial | None | Literal["none"]) -> Endpoint | None:
+    def role(name: str, own: _Partial | Literal["none"] | None) -> Endpoint | None:
         return None if own == "none" else _merge(path, name, parsed.endpoint, own)
 
     return LlmConfig(

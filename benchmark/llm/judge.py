@@ -34,9 +34,13 @@ NOT_GRADED = "rubric not graded: no judge endpoint (the database check alone is 
 def final_response(messages: Sequence[Message]) -> str:
     """The last visible assistant text (ThinkingBox's ``x.response``); empty if there is none."""
     for message in reversed(messages):
-        if isinstance(message, Text) and message.role == "assistant" and not message.metadata.get("is_dummy"):
-            if message.metadata.get("tag", "text") in ("text", "direct"):
-                return message.content
+        if (
+            isinstance(message, Text)
+            and message.role == "assistant"
+            and not message.metadata.get("is_dummy")
+            and message.metadata.get("tag", "text") in ("text", "direct")
+        ):
+            return message.content
     return ""
 
 

@@ -30,6 +30,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, ExitStack
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -64,7 +65,9 @@ def _text(result: types.CallToolResult) -> str:
 class _Domain:
     """One domain's servers: the environment, and ``shadowguard serve`` in front of it."""
 
-    def __init__(self, work: Path, domain: str, policy: Path | None, data: str | None, db: str | None) -> None:
+    def __init__(
+        self, work: Path, domain: str, policy: Path | None, data: str | None, db: str | None
+    ) -> None:
         self.servers: list[_Server] = []
         args = [sys.executable, "-m", "benchmark.llm.staged_env", "--domain", domain]
         args += ["--data", data] if data else []
@@ -95,7 +98,9 @@ class _Domain:
         path = work / f"{domain}-proxy.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
         executable = str(Path(sys.executable).parent / "shadowguard")
-        proxy = _Server([executable, "serve", "--config", str(path)], work / f"{domain}-proxy.log", SERVE_ANNOUNCE)
+        proxy = _Server(
+            [executable, "serve", "--config", str(path)], work / f"{domain}-proxy.log", SERVE_ANNOUNCE
+        )
         self.servers.append(proxy)
         self.proxy_url = proxy.wait_url()
         self.base = self.proxy_url.rsplit("/mcp", 1)[0]
@@ -146,7 +151,9 @@ class ProxyStack:
 class ProxiedTools:
     """The agent's tool surface over MCP (the proxy's, or the environment server's for ``off``)."""
 
-    def __init__(self, stack: ProxyStack, client: Client, session: str, domain: _Domain, reviewer: str) -> None:
+    def __init__(
+        self, stack: ProxyStack, client: Client, session: str, domain: _Domain, reviewer: str
+    ) -> None:
         self.stack = stack
         self.client = client
         self.meta = {SESSION_META_KEY: session}
@@ -158,7 +165,8 @@ class ProxiedTools:
         self.requested: set[str] = set()
 
     def _call(self, name: str, arguments: Mapping[str, Any], meta: Mapping[str, Any]) -> types.CallToolResult:
-        return self.stack.portal.call(lambda: self.client.call_tool(name, dict(arguments), meta=dict(meta)))
+        sent = cast(types.RequestParamsMeta, dict(meta))
+        return self.stack.portal.call(partial(self.client.call_tool, name, dict(arguments), meta=sent))
 
     def call(self, name: str, arguments: Mapping[str, Any]) -> ToolReply:
         result = self._call(name, arguments, self.meta)
@@ -172,7 +180,9 @@ class ProxiedTools:
                 verdict = self._verdict(result)
         self.final.append(verdict)
         guard = verdict.get("verdict")
-        return ToolReply(_text(result), is_error=bool(result.is_error), guard=guard if isinstance(guard, str) else None)
+        return ToolReply(
+            _text(result), is_error=bool(result.is_error), guard=guard if isinstance(guard, str) else None
+        )
 
     @staticmethod
     def _verdict(result: types.CallToolResult) -> dict[str, Any]:
@@ -188,7 +198,9 @@ class ProxiedTools:
             timeout=30,
         )
         if response.status_code != 200:
-            raise RuntimeError(f"the campaign reviewer could not {decision} {approval}: {response.text[:300]}")
+            raise RuntimeError(
+                f"the campaign reviewer could not {decision} {approval}: {response.text[:300]}"
+            )
         self.decisions["approved" if approve else "rejected"] += 1
 
     def commit(self) -> dict[str, Any]:
@@ -217,14 +229,17 @@ def _facts(tools: ProxiedTools, commit: dict[str, Any] | None) -> GuardFacts:
         facts.committed_changes = int(commit.get("changes") or 0) if facts.committed else 0
         facts.commit_refused = not facts.committed
         facts.violations += [
-            {"rule_id": x.get("rule_id"), "tool": None, "phase": "at_commit"} for x in commit.get("violations") or []
+            {"rule_id": x.get("rule_id"), "tool": None, "phase": "at_commit"}
+            for x in commit.get("violations") or []
         ]
     stops = [v for v in tools.final if v.get("verdict") in STOPS]
     facts.intervened = bool(stops) or facts.commit_refused
     if stops:
         first = stops[0]
         rules = [x.get("rule_id") for x in first.get("violations") or []]
-        facts.first_intervention = f"{first.get('tool')}: {first.get('verdict')} ({rules[0] if rules else first.get('error_class')})"
+        facts.first_intervention = (
+            f"{first.get('tool')}: {first.get('verdict')} ({rules[0] if rules else first.get('error_class')})"
+        )
     elif facts.commit_refused:
         rules = [x.get("rule_id") for x in (commit or {}).get("violations") or []]
         facts.first_intervention = f"commit: refused ({rules[0] if rules else 'unknown'})"
@@ -279,7 +294,10 @@ def proxied_attempt(worker: Worker, task: Task, key: UnitKey, arm: Arm, seed: in
     worker._grade_rubrics(task, transcript, judged)
     facts = _facts(tools, commit) if arm.guarded else None
     if transcript.notes is not None:
-        transcript.notes["through_proxy"] = {"era": stack.era, "path": "shadowguard serve" if arm.guarded else "direct"}
+        transcript.notes["through_proxy"] = {
+            "era": stack.era,
+            "path": "shadowguard serve" if arm.guarded else "direct",
+        }
     return _Attempt(arm, transcript, judged, facts, 0, None, time.perf_counter() - started)
 
 

@@ -33,12 +33,12 @@ from pydantic import Field
 
 from benchmark.envs import Database, Environment, load_domain
 from benchmark.envs.server import (
+    Ctx,
     EnvInitParams,
     EnvServer,
     EnvSessionParams,
     EnvSessions,
     EnvStateResult,
-    Ctx,
     _Session,
 )
 from benchmark.tasks import resolve_data
@@ -125,7 +125,9 @@ async def take(session: ClientSession) -> TakeResult:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmark.llm.staged_env", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark.llm.staged_env", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--domain", required=True)
     parser.add_argument("--data", default=None)
     parser.add_argument("--db", default=None)
@@ -134,7 +136,9 @@ def main(argv: list[str] | None = None) -> None:
     database = Database(args.db)
     server = StagedEnvServer(load_domain(args.domain, bench.bundle), database, bench)
     try:
-        server.serve_http("127.0.0.1", 0, announce=lambda url: print(f"{ANNOUNCE} {url}", file=sys.stderr, flush=True))
+        server.serve_http(
+            "127.0.0.1", 0, announce=lambda url: print(f"{ANNOUNCE} {url}", file=sys.stderr, flush=True)
+        )
     finally:
         database.dispose()
 

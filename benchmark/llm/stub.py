@@ -22,7 +22,9 @@ per-conversation state. Agent policies (``--policy``):
 
 ``--ask-first`` makes every agent policy ask the user one question before its first call. The
 simulated *user* (recognised by its system prompt) answers ``Yes, please go ahead.``; the *judge*
-answers ``--judge-answer`` (Yes by default). ``POST /stub/outage {"status": 503, "count": N}`` makes
+answers ``--judge-answer`` (Yes by default). The request's model name may override these per role:
+``stub-llm:never-done+ask-first``, ``stub-llm:judge-no`` (``:`` then ``+``-separated options), so one
+server plays every script. ``POST /stub/outage {"status": 503, "count": N}`` makes
 the next N chat requests (all, when count is null; none with ``{"status": null}``) fail with that
 status, to test retries and ``--resume``. With ``--api-key-env NAME`` a request must carry that
 variable's value as its bearer token (401 otherwise).
@@ -65,14 +67,20 @@ class StubBrain:
     """Decides each answer from the request's messages (no state between requests)."""
 
     def __init__(
-        self, bench: BenchData, policy: Policy, *, ask_first: bool = False, judge_answer: str = "Yes"
+        self,
+        bench: BenchData,
+        policy: Policy,
+        *,
+        ask_first: bool = False,
+        judge_answer: str = "Yes",
+        domains: Sequence[str] = (),
     ) -> None:
         self.policy = policy
         self.ask_first = ask_first
         self.judge_answer = judge_answer
         self._by_domain_query: dict[tuple[str, str], list[_Script]] = {}
         self._domain_of_tools: dict[frozenset[str], str] = {}
-        tasks = bench.tasks(None)
+        tasks = bench.tasks(domains or None)
         for name in sorted({t.domain for t in tasks}):
             domain = load_domain(name, bench.bundle)
             tools = domain.tools
@@ -86,13 +94,22 @@ class StubBrain:
         """The assistant message (``content`` and/or ``tool_calls``) for one chat request."""
         messages = list(body.get("messages") or [])
         system = str(messages[0].get("content") or "") if messages else ""
+        options = str(body.get("model") or "").partition(":")[2].split("+")
         if system == user_prompts.SYSTEM_PROMPT:
             return {"content": f"Yes, please go ahead. {LABEL}"}
         if system == judge_prompts.SYSTEM_PROMPT:
-            return {"content": self.judge_answer}
-        return self._agent(messages, body.get("tools") or [])
+            return {"content": "No" if "judge-no" in options else self.judge_answer}
+        policy = next((p for p in POLICIES if p in options), self.policy)
+        ask_first = self.ask_first or "ask-first" in options
+        return self._agent(messages, body.get("tools") or [], policy, ask_first)
 
-    def _agent(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    def _agent(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        policy: Policy,
+        ask_first: bool,
+    ) -> dict[str, Any]:
         names = {str(t["function"]["name"]) for t in tools if t.get("type") == "function"}
         overlap = {d: len(tools_of & names) for tools_of, d in self._domain_of_tools.items()}
         domain = max(overlap, key=lambda d: overlap[d]) if overlap and max(overlap.values()) else None
@@ -105,21 +122,25 @@ class StubBrain:
             return _text(f"The query matches {why} task of {domain}; nothing to replay. <DONE>")
         script = scripts[0]
         made = _calls_made(messages)
-        if self.ask_first and not made and len(users) == 1:
+        if ask_first and not made and len(users) == 1:
             return _text("Before I start: may I go ahead with your request?")
-        if self.policy == "never-done":
+        if policy == "never-done":
             return _text(f"Turn {len(users)}: could you tell me more about what you need?")
-        if self.policy == "loop":
-            first = script.golden[0] if script.golden else ToolInteraction(tool=sorted(names)[0], parameters={})
+        if policy == "loop":
+            first = (
+                script.golden[0] if script.golden else ToolInteraction(tool=sorted(names)[0], parameters={})
+            )
             return _call(first.tool, dict(first.parameters), len(made))
-        if self.policy == "unknown-tool":
+        if policy == "unknown-tool":
             if not made:
                 return _call("no_such_tool_stub", {}, 0)
             made = made[1:]
-        return self._next(script, made, len(_calls_made(messages)))
+        return self._next(script, made, len(_calls_made(messages)), policy)
 
-    def _next(self, script: _Script, made: Sequence[tuple[str, str]], number: int) -> dict[str, Any]:
-        faulty = self.policy == "correct-on-hint" and script.fault is not None
+    def _next(
+        self, script: _Script, made: Sequence[tuple[str, str]], number: int, policy: Policy
+    ) -> dict[str, Any]:
+        faulty = policy == "correct-on-hint" and script.fault is not None
         i, faulted = 0, False
         for _, response in made:
             if faulty and i == script.fault and not faulted:
@@ -149,7 +170,9 @@ def _fault_script(golden: Sequence[ToolInteraction], tools: Mapping[str, Any]) -
 
 def _calls_made(messages: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
     """(tool name, its response text) of every call the conversation holds, in order."""
-    answers = {str(m.get("tool_call_id")): str(m.get("content") or "") for m in messages if m.get("role") == "tool"}
+    answers = {
+        str(m.get("tool_call_id")): str(m.get("content") or "") for m in messages if m.get("role") == "tool"
+    }
     out = []
     for message in messages:
         for call in message.get("tool_calls") or []:
@@ -162,7 +185,11 @@ def _text(content: str) -> dict[str, Any]:
 
 
 def _call(tool: str, arguments: dict[str, Any], number: int) -> dict[str, Any]:
-    call = {"id": f"call_stub_{number}", "type": "function", "function": {"name": tool, "arguments": json.dumps(arguments)}}
+    call = {
+        "id": f"call_stub_{number}",
+        "type": "function",
+        "function": {"name": tool, "arguments": json.dumps(arguments)},
+    }
     return {"content": None, "tool_calls": [call]}
 
 
@@ -194,12 +221,16 @@ def create_app(brain: StubBrain, api_key: str | None = None) -> FastAPI:
 
     def refused(request: Request) -> JSONResponse | None:
         if api_key is not None and request.headers.get("authorization") != f"Bearer {api_key}":
-            return JSONResponse({"error": {"message": "stub-llm: wrong or missing API key", "type": "auth"}}, 401)
+            return JSONResponse(
+                {"error": {"message": "stub-llm: wrong or missing API key", "type": "auth"}}, 401
+            )
         return None
 
     @app.get("/v1/models")
     async def models(request: Request) -> JSONResponse:
-        return refused(request) or JSONResponse({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+        return refused(request) or JSONResponse(
+            {"object": "list", "data": [{"id": MODEL, "object": "model"}]}
+        )
 
     @app.post("/stub/outage")
     async def set_outage(request: Request) -> JSONResponse:
@@ -228,7 +259,9 @@ def create_app(brain: StubBrain, api_key: str | None = None) -> FastAPI:
                 "created": int(time.time()),
                 "model": MODEL,
                 "system_fingerprint": "stub-llm scripted test double; token counts are chars/4 estimates",
-                "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}],
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}
+                ],
                 "usage": {
                     "prompt_tokens": prompt,
                     "completion_tokens": completion,

@@ -78,7 +78,9 @@ def visible(messages: Sequence[Message]) -> list[Text]:
 
 
 def conversation(messages: Sequence[Message]) -> str:
-    lines = [f"{'User' if m.role == 'user' else 'Assistant'}: {sanitize(m.content)}" for m in visible(messages)]
+    lines = [
+        f"{'User' if m.role == 'user' else 'Assistant'}: {sanitize(m.content)}" for m in visible(messages)
+    ]
     return "\n".join(lines) if lines else "(none)"
 
 
