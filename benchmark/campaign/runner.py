@@ -445,7 +445,8 @@ class Worker:
                 (True, True): "false_block",
                 (True, False): "clean_pass",
             }[(twin, guard.intervened)]
-        judge: dict[str, Any] = {"db": "pass" if judged.passed else "fail"}
+        db_passed = judged.result_hash == judged.golden_hash
+        judge: dict[str, Any] = {"db": "pass" if db_passed else "fail"}
         if judged.rubrics is not None:
             judge.update({k: v for k, v in judged.rubrics.items() if k != "passed"})
         elif task.rubrics_yesno:
@@ -471,7 +472,7 @@ class Worker:
         if got.transcript.notes is not None:
             metadata[getattr(self.agent, "notes_key", "simulated")] = got.transcript.notes
         test = TestResult(result=judged.passed, reward=1.0 if judged.passed else 0.0)
-        if judged.result_hash == judged.golden_hash and not judged.passed:
+        if db_passed and not judged.passed:
             test.tb = f"AssertionError: rubric: {(judged.rubrics or {}).get('rubrics')}"
             test.line_content = "validate_rubrics_yesno(x, judge)"
         elif not judged.passed:
@@ -489,7 +490,9 @@ class Worker:
             metadata=metadata,
             finish_reason=got.transcript.finish_reason,
         )
-        if not judged.passed:
+        if db_passed and not judged.passed:
+            row.metadata["signature"] = "response_property"  # the rubrics judged the final response
+        elif not judged.passed:
             row.metadata["signature"] = state_signature(row, got.result_delta, task.answer.golden_delta)
         return AttemptSummary(
             key.uid, key.case, key.repetition, arm.name, judged.passed, outcome, False, row.line()
