@@ -10,7 +10,7 @@ import typer
 import uvicorn
 from rich.console import Console
 
-from benchmark.envs import EnvError
+from benchmark.envs import DOMAINS, EnvError
 from benchmark.llm.stub import MODEL, POLICIES, Policy, StubBrain, api_key_from, create_app
 from benchmark.tasks import resolve_data
 
@@ -63,18 +63,22 @@ def register(app: typer.Typer) -> None:
                 f"[red]error:[/red] --policy: unknown policy {policy!r}; known: {', '.join(POLICIES)}"
             )
             raise typer.Exit(2)
+        unknown = [d for d in domain or [] if d not in DOMAINS]
+        if unknown:
+            console.print(f"[red]error:[/red] --domain: unknown domain(s) {', '.join(unknown)}")
+            raise typer.Exit(2)
         try:
             key = api_key_from(api_key_env)
-            brain = StubBrain(
-                resolve_data(data),
-                _policy(policy),
-                ask_first=ask_first,
-                judge_answer=judge_answer,
-                domains=tuple(domain or ()),
-            )
+            bench = resolve_data(data)
         except (ValueError, EnvError) as exc:
             console.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(2) from exc
+
+        def brain() -> StubBrain:
+            chosen = _policy(policy)
+            domains = tuple(domain or ())
+            return StubBrain(bench, chosen, ask_first=ask_first, judge_answer=judge_answer, domains=domains)
+
         console.print(f"{MODEL}: policy {policy}{' (ask first)' if ask_first else ''}", highlight=False)
         serve(create_app(brain, key), host, port)
 

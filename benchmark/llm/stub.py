@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -213,9 +213,11 @@ class _Outage:
         return self.status
 
 
-def create_app(brain: StubBrain, api_key: str | None = None) -> FastAPI:
-    """The FastAPI app: ``POST /v1/chat/completions``, ``GET /v1/models``, ``POST /stub/outage``."""
+def create_app(make_brain: Callable[[], StubBrain], api_key: str | None = None) -> FastAPI:
+    """The FastAPI app: ``POST /v1/chat/completions``, ``GET /v1/models``, ``POST /stub/outage``.
+    ``make_brain`` runs on the first chat request (loading the domains takes seconds)."""
     app = FastAPI(title=MODEL)
+    brains: list[StubBrain] = []
     outage = _Outage()
     served = {"chat": 0}
 
@@ -249,9 +251,12 @@ def create_app(brain: StubBrain, api_key: str | None = None) -> FastAPI:
             return JSONResponse({"error": {"message": f"stub-llm: scripted outage ({failing})"}}, failing)
         body = await request.json()
         served["chat"] += 1
-        message = brain.answer(body)
+        if not brains:
+            brains.append(make_brain())
+        message = brains[0].answer(body)
         finish = "tool_calls" if message.get("tool_calls") else "stop"
-        prompt, completion = _tokens(body.get("messages")), _tokens(message)
+        prompt = _tokens([body.get("messages"), body.get("tools")])  # what a real tokenizer would see
+        completion = _tokens(message)
         return JSONResponse(
             {
                 "id": f"stub-{served['chat']}",
