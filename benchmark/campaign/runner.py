@@ -15,8 +15,8 @@ twin passes is told apart as a false block. Units are seeded from (seed, uid, ca
 subset, a resumed run and every arm of a unit see the same injected faults.
 
 The judge is the benchmark's database check (golden-state hash equality). The 30 rubric tasks' yes/no
-rubrics need an LLM judge (an endpoint the campaign does not have here): they are recorded as
-``not_judged`` on every such row, never as passed.
+rubrics need an LLM judge: an agent that has one (``--agent llm``, its ``grade_rubrics`` hook) grades
+them after the database check passed; for the others they are recorded as ``not_judged``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from benchmark.llm.judge import RubricJudge, final_response, parse_yes
 from benchmark.llm.user import I_DONT_KNOW, UserSimulator, clean, conversation, sanitize
 from benchmark.tasks import BenchData
 
-from .conftest import KEY_ENV, Stub
+from .conftest import KEY_ENV, Stub, run_campaign
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -154,3 +154,25 @@ def test_judge_parsing_and_the_final_response(stub: Stub, bench: BenchData) -> N
     plain = next(t for t in bench.tasks(["sandbox_neobank_support_v1"]) if not t.rubrics_yesno)
     with pytest.raises(ValueError, match="no yes/no rubrics"):
         judge.grade(plain, "x")
+
+
+def test_bad_campaign_options_are_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = str(tmp_path / "out.jsonl")
+    config = _write(
+        tmp_path, "endpoint: {base_url: 'http://127.0.0.1:9/v1', model: m, api_key_env: SG_UNSET_KEY}\n"
+    )
+    monkeypatch.delenv("SG_UNSET_KEY", raising=False)
+    cases = [
+        ([], "--llm-config goes with --agent llm"),
+        (
+            ["--llm-config", str(config), "--through-proxy", "--arms", "off,checks"],
+            "runs the arms off and guard",
+        ),
+        (["--llm-config", str(config), "--proxy-era", "1999"], "--proxy-era: unknown era"),
+        (["--llm-config", str(config), "--domain", "sandbox_external_retail"], "SG_UNSET_KEY"),
+    ]
+    for args, message in cases:
+        result = run_campaign("--out", out, *args)
+        assert result.exit_code == 2, result.output
+        assert message in " ".join(result.output.split()), result.output
+    assert not Path(out).exists()
