@@ -17,8 +17,9 @@ The loop follows ThinkingBox's agent–user loop (harness §1.3):
   at most ``max_agent_actions`` (``agent_limit``: the call that reaches the cap still runs).
 
 An endpoint failure (:class:`~benchmark.llm.client.EndpointError`) propagates: the runner records the
-attempt as a system error. Every LLM call's tokens are in the row's ``usage`` tagged with the role, and
-per role under ``metadata.llm.usage``.
+attempt as a system error. The row's ``usage`` has one entry per *agent* call, as ``tb infer`` records
+it (so ``tb agg``'s token columns compare with published runs); every role's calls and tokens (agent,
+user, judge) are summed under ``metadata.llm.usage``.
 """
 
 from __future__ import annotations
@@ -134,7 +135,8 @@ class LlmAgent:
                 finish = "no_user_llm"
             else:
                 talk.user(self.user.reply(task, talk.row, meter), simulated=True)
-        transcript = Transcript(messages=talk.row, finish_reason=finish, usage=list(meter.calls))
+        agent_calls = [u for u in meter.calls if getattr(u, "role", None) == "agent"]
+        transcript = Transcript(messages=talk.row, finish_reason=finish, usage=agent_calls)
         transcript.notes = {
             "model": self.config.agent.model,
             "served_model": talk.served,
@@ -237,23 +239,18 @@ class LlmAgent:
     # -- the runner's hooks -----------------------------------------------------------------------
     def grade_rubrics(self, task: Task, transcript: Transcript) -> dict[str, Any]:
         """Rubric judging of a task whose database check passed: ``{"rubrics": pass|fail|not graded,
-        "passed": bool, "answers": [...]}``; the judge's tokens go to the transcript's usage."""
+        "passed": bool, "answers": [...]}``; the judge's tokens are added to ``notes["usage"]``."""
         if self.judge is None:
             return {"rubrics": NOT_GRADED, "passed": False}
         meter = UsageMeter()
         grade = self.judge.grade(task, final_response(transcript.messages), meter)
-        transcript.usage += meter.calls
         if transcript.notes is not None:
-            transcript.notes["usage"] = _by_role(transcript)
+            transcript.notes["usage"] = dict(transcript.notes.get("usage") or {}) | meter.by_role()
         return {
             "rubrics": "pass" if grade.passed else "fail",
             "passed": grade.passed,
             "answers": [{"question": q, "yes": yes} for q, yes in grade.answers],
         }
-
-
-def _by_role(transcript: Transcript) -> dict[str, dict[str, int]]:
-    return UsageMeter(list(transcript.usage)).by_role()
 
 
 def _arguments(raw: str | None) -> tuple[dict[str, Any] | None, str | None]:

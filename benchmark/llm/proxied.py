@@ -31,6 +31,7 @@ from collections import Counter
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, ExitStack
 from functools import partial
+from multiprocessing import util as mp_util
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -69,6 +70,13 @@ class _Domain:
         self, work: Path, domain: str, policy: Path | None, data: str | None, db: str | None
     ) -> None:
         self.servers: list[_Server] = []
+        try:
+            self._start(work, domain, policy, data, db)
+        except BaseException:
+            self.stop()  # a server that did not start: stop what did, and let the attempt fail
+            raise
+
+    def _start(self, work: Path, domain: str, policy: Path | None, data: str | None, db: str | None) -> None:
         args = [sys.executable, "-m", "benchmark.llm.staged_env", "--domain", domain]
         args += ["--data", data] if data else []
         args += ["--db", db] if db else []
@@ -123,17 +131,16 @@ class ProxyStack:
         self.domains: dict[str, _Domain] = {}
         self._exit = ExitStack()
         self.portal: BlockingPortal = self._exit.enter_context(start_blocking_portal())
+        self._closed = False
+        # A pool's worker process ends without atexit; multiprocessing's finalizers still run there.
+        mp_util.Finalize(self, self.close, exitpriority=10)
 
     def domain(self, name: str) -> _Domain:
         if name not in self.domains:
             policy = self.policy_dir / name / "policy.yaml"
-            try:
-                self.domains[name] = _Domain(
-                    self.work, name, policy if policy.is_file() else None, self.data, self.db
-                )
-            except BaseException:
-                self.close()
-                raise
+            self.domains[name] = _Domain(
+                self.work, name, policy if policy.is_file() else None, self.data, self.db
+            )
         return self.domains[name]
 
     def connect(self, url: str) -> AbstractContextManager[Client]:
@@ -141,6 +148,9 @@ class ProxyStack:
         return self.portal.wrap_async_context_manager(client)
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         for domain in self.domains.values():
             domain.stop()
         self.domains.clear()

@@ -73,7 +73,8 @@ def test_guard_hint_reaches_the_model_in_every_domain(tmp_path: Path, stub: Stub
         llm = row.metadata["llm"]
         assert llm["served_model"] == "stub-llm (scripted test double)"
         assert set(llm["usage"]) == {"agent", "user"} and llm["usage"]["user"]["calls"] == 1
-        assert {getattr(u, "role", None) for u in row.usage} == {"agent", "user"}
+        assert {getattr(u, "role", None) for u in row.usage} == {"agent"}  # as tb infer: agent calls
+        assert len(row.usage) == llm["usage"]["agent"]["calls"]
     meta = out.with_name(out.stem + "_run_metadata.yaml").read_text()
     assert "api_key_env: SHADOWGUARD_TEST_LLM_KEY" in meta and "stub-llm (scripted test double)" in meta
     for path in (out, out.with_name(out.stem + "_run_metadata.yaml")):
