@@ -26,6 +26,13 @@ SAMPLE = (  # one task per domain whose first golden write has a required argume
 RETAIL = "sandbox_external_retail"
 ST002 = "sandbox_external_retail_group1.py:test_case_ST002_001"
 RUBRIC = "sandbox_neobank_support_v1_group1_rubrics_yesno.py:test_aa_001"
+CANCEL = "sandbox_external_retail_group1.py:test_case_ST025_001"  # its golden calls cancel_order
+HOLD_CANCELLATIONS = """
+approvals:
+  - id: test.cancellations_wait_for_a_person
+    tools: [cancel_order]
+    source: {ref: "a test deployment", quote: "Cancellations wait for a person."}
+"""
 
 
 def _tasks_file(tmp_path: Path, uids: tuple[str, ...]) -> str:
@@ -222,11 +229,42 @@ def test_through_the_proxy(proxy_worker: Worker, era: str) -> None:
     assert off.metadata["llm"]["through_proxy"]["path"] == "direct"
 
 
+def test_a_held_call_through_the_proxy_meets_the_reviewer(proxy_worker: Worker, stub: Stub) -> None:
+    """The pack holds cancel_order for a person: the campaign reviewer approves it through the proxy's
+    approvals API, the call runs again under the approval and the commit makes it durable."""
+    assert isinstance(proxy_worker.agent, LlmAgent)
+    golden = load_llm_config(
+        stub.config(
+            Path(proxy_worker.config.llm_config or ""),
+            endpoint=_endpoint(stub) | {"model": "stub-llm:golden"},
+        )
+    )
+    proxy_worker.agent = LlmAgent(golden, proxy_worker.agent._tasks, _think(proxy_worker))
+    (summary,) = proxy_worker.run_unit(UnitKey(CANCEL, None, 0), ["guard"])
+    row = DecodeResult.model_validate_json(summary.line)
+    assert passed(row), row.metadata
+    assert row.metadata["guard"]["approvals"] == {"requested": 1, "approved": 1, "rejected": 0}
+
+
 @pytest.fixture(scope="module")
 def proxy_worker(tmp_path_factory: pytest.TempPathFactory, stub: Stub) -> Any:
-    path = stub.config(tmp_path_factory.mktemp("llm-proxy") / "llm.yaml")
+    """A worker whose calls go through the proxy; the retail pack plus an approval rule on cancel_order."""
+    work = tmp_path_factory.mktemp("llm-proxy")
+    path = stub.config(work / "llm.yaml")
+    source = Path(__file__).resolve().parents[3] / "policies" / RETAIL
+    pack = work / "policies" / RETAIL
+    pack.mkdir(parents=True)
+    for name in ("policy.yaml", "checks.py"):
+        (pack / name).write_text((source / name).read_text())
+    with (pack / "policy.yaml").open("a") as policy:
+        policy.write(HOLD_CANCELLATIONS)
     config = CampaignConfig(
-        agent="llm", arms=("off", "guard"), domains=(RETAIL,), llm_config=str(path), through_proxy=True
+        agent="llm",
+        arms=("off", "guard"),
+        domains=(RETAIL,),
+        llm_config=str(path),
+        through_proxy=True,
+        policy_dir=str(work / "policies"),
     )
     worker = Worker(config)
     yield worker
