@@ -639,12 +639,14 @@ def _mount_campaign() -> None:
     ``bench faults`` (corpus_cli), ``bench calibrate|lift`` (profile_cli), ``bench chaos`` (chaos_cli)."""
     from benchmark import chaos_cli
     from benchmark.campaign import analysis_cli, cli, corpus_cli, profile_cli
+    from benchmark.llm import cli as llm_cli
 
     chaos_cli.register(bench_app)
     cli.register(bench_app)
     analysis_cli.register(bench_app)
     corpus_cli.register(bench_app)
     profile_cli.register(bench_app)
+    llm_cli.register(bench_app)
 
 
 _mount_campaign()

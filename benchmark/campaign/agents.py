@@ -18,7 +18,10 @@ Two optional hooks an agent may define, which the runner calls when present: ``u
 execute) -> Executor`` (the attempt's upstream, e.g. with the agent's own environment fault) and
 ``after_commit_refused(view, transcript, message) -> bool`` (the orchestrator's commit was refused; True
 when the agent made further calls in the same session and asks for the commit again). An agent with
-``untimed = True`` gets rows without wall times (byte-identical for the same seed).
+``untimed = True`` gets rows without wall times (byte-identical for the same seed). An agent with
+``grade_rubrics(task, transcript) -> {"rubrics", "passed", ...}`` judges the rubric tasks whose database
+check passed (:class:`~benchmark.llm.agent.LlmAgent`); ``notes_key`` names the metadata key its
+``Transcript.notes`` go under (default ``simulated``).
 """
 
 from __future__ import annotations
@@ -278,4 +281,4 @@ class ReplayAgent:
         return _play(view, tools, self.trajectories[view.case].calls, stop=True)
 
 
-AGENTS = ("oracle", "replay", "simulated")
+AGENTS = ("oracle", "replay", "simulated", "llm")

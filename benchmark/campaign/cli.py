@@ -152,11 +152,12 @@ def _run_metadata(
             "reviewer": config.reviewer,
             "trajectories": config.trajectories,
             "simulated": _simulated(worker),
+            "llm": _llm(worker, config),
             "policy_dir": config.policy_dir,
             "db": "postgresql" if (config.db or "").startswith("postgresql") else "sqlite (in memory)",
             "workers": workers,
         },
-        "judge": f"golden-state hash equality; rubric tasks: {RUBRICS_NOT_JUDGED}",
+        "judge": f"golden-state hash equality; rubric tasks: {_rubric_judge(worker)}",
         "upper_bound_arms": [a for a in config.arms if ARMS[a].oracle],
         "policy_packs": packs,
         "data": {
@@ -179,6 +180,28 @@ def _simulated(worker: Worker) -> dict[str, Any] | None:
     if not isinstance(agent, SimulatedAgent):
         return None
     return agent.profile.parameters() | {"label": "simulated"}
+
+
+def _llm(worker: Worker, config: CampaignConfig) -> dict[str, Any] | None:
+    """A real-LLM agent's endpoints (key variable names only, never a key) and how calls went."""
+    from benchmark.llm.agent import LlmAgent
+
+    agent = worker.agent
+    if not isinstance(agent, LlmAgent):
+        return None
+    served = sorted(agent.served_models)
+    return agent.config.public() | {"through_proxy": config.through_proxy, "served_models": served}
+
+
+def _rubric_judge(worker: Worker) -> str:
+    from benchmark.llm.agent import LlmAgent
+
+    agent = worker.agent
+    if isinstance(agent, LlmAgent) and agent.judge is not None:
+        return f"yes/no rubrics judged by model {agent.config.judge.model if agent.config.judge else '?'}"
+    if isinstance(agent, LlmAgent):
+        return "rubric not graded (no judge endpoint): such rows do not pass"
+    return RUBRICS_NOT_JUDGED
 
 
 def _peak_rss() -> dict[str, float]:
@@ -243,6 +266,20 @@ def register(app: typer.Typer) -> None:
                 "classified_hint=0.5,policy_violation=0.5 (feedback=P sets the four guard kinds).",
             ),
         ] = None,
+        llm_config: Annotated[
+            Path | None,
+            typer.Option("--llm-config", help="--agent llm: the endpoints of agent, user and judge (YAML)."),
+        ] = None,
+        through_proxy: Annotated[
+            bool,
+            typer.Option(
+                "--through-proxy",
+                help="--agent llm: calls go through a real `shadowguard serve` in front of the environment.",
+            ),
+        ] = False,
+        proxy_era: Annotated[
+            str, typer.Option("--proxy-era", help="--through-proxy: the client's era, legacy or 2026-07-28.")
+        ] = "2026-07-28",
     ) -> None:
         """Run agents × arms × repeats over the tasks; one ThinkingBox-compatible row per attempt."""
         console = Console(stderr=True)
@@ -259,6 +296,12 @@ def register(app: typer.Typer) -> None:
             raise fail("--profile goes with --agent simulated, and --agent simulated needs it")
         if feedback is not None and agent != "simulated":
             raise fail("--feedback goes with --agent simulated")
+        if (agent == "llm") != (llm_config is not None):
+            raise fail("--llm-config goes with --agent llm, and --agent llm needs it")
+        if through_proxy and agent != "llm":
+            raise fail("--through-proxy goes with --agent llm")
+        if proxy_era not in ("legacy", "2026-07-28"):
+            raise fail(f"--proxy-era: unknown era {proxy_era!r}; known: legacy, 2026-07-28")
         try:
             changes = parse_feedback(feedback) if feedback is not None else ()
             if profile is not None:
@@ -278,6 +321,10 @@ def register(app: typer.Typer) -> None:
                 FaultPlan.parse(faults, seed=seed)
         except (ArmError, FaultSpecError) as exc:
             raise fail(f"--{'faults' if isinstance(exc, FaultSpecError) else 'arms'}: {exc}") from exc
+        if through_proxy and set(chosen_arms) - {"off", "guard"}:
+            raise fail("--through-proxy runs the arms off and guard (the proxy runs a whole pack)")
+        if through_proxy and faults is not None:
+            raise fail("--through-proxy does not inject --faults (the upstream is a real server)")
         if out.exists() and not resume:
             raise fail(f"{out} exists: pass --resume to continue it, or choose another --out")
         if out.parent and not out.parent.is_dir():
@@ -296,6 +343,9 @@ def register(app: typer.Typer) -> None:
             db=db,
             profile=profile,
             feedback=changes,
+            llm_config=str(llm_config) if llm_config is not None else None,
+            through_proxy=through_proxy,
+            proxy_era=proxy_era,
         )
         try:
             probe = Worker(base)

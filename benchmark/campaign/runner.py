@@ -15,8 +15,8 @@ twin passes is told apart as a false block. Units are seeded from (seed, uid, ca
 subset, a resumed run and every arm of a unit see the same injected faults.
 
 The judge is the benchmark's database check (golden-state hash equality). The 30 rubric tasks' yes/no
-rubrics need an LLM judge (an endpoint the campaign does not have here): they are recorded as
-``not_judged`` on every such row, never as passed.
+rubrics need an LLM judge: an agent that has one (``--agent llm``, its ``grade_rubrics`` hook) grades
+them after the database check passed; for the others they are recorded as ``not_judged``.
 """
 
 from __future__ import annotations
@@ -99,6 +99,12 @@ class CampaignConfig:
     """--agent simulated: the profile's name or file."""
     feedback: tuple[tuple[str, float], ...] = ()
     """--agent simulated: feedback probabilities replacing the profile's."""
+    llm_config: str | None = None
+    """--agent llm: the endpoints file (benchmark.llm.config; holds key variable names, never keys)."""
+    through_proxy: bool = False
+    """The agent's calls go through a real ``shadowguard serve`` (benchmark.llm.proxied)."""
+    proxy_era: str = "2026-07-28"
+    """--through-proxy: the MCP protocol era the agent's client speaks (legacy or 2026-07-28)."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +155,8 @@ class _Judged:
     passed: bool
     result_hash: str
     golden_hash: str
+    rubrics: dict[str, Any] | None = None
+    """The agent's rubric grading (``grade_rubrics`` hook), when it has one and the DB check passed."""
 
 
 @dataclass
@@ -186,6 +194,9 @@ class Worker:
         self._init_state: dict[str, Any] = {}
 
     def close(self) -> None:
+        stack = getattr(self, "proxy_stack", None)  # --through-proxy: the worker's servers
+        if stack is not None:
+            stack.close()
         if self._store is not None:
             self._store.close()
         if self._tmp is not None:
@@ -244,6 +255,10 @@ class Worker:
         return out
 
     def _attempt(self, task: Task, key: UnitKey, arm: Arm, seed: int) -> _Attempt:
+        if self.config.through_proxy:
+            from benchmark.llm.proxied import proxied_attempt
+
+            return proxied_attempt(self, task, key, arm, seed)
         started = time.perf_counter()
         domain = self.domains[task.domain]
         with Environment(domain, self.database) as env:
@@ -267,6 +282,7 @@ class Worker:
             else:
                 transcript, facts = self._guarded(task, env, arm, execute, view, clock, seed)
             judged = self._judge(task, env)
+            self._grade_rubrics(task, transcript, judged)
             if not judged.passed:
                 delta = state_delta(initial, env.stable_state(), domain.tables)
             if facts is not None and not getattr(self.agent, "untimed", False):
@@ -389,6 +405,18 @@ class Worker:
             case=key.case,
         )
 
+    def _grade_rubrics(self, task: Task, transcript: Transcript, judged: _Judged) -> None:
+        """The agent's rubric judge (``grade_rubrics(task, transcript) -> {rubrics, passed, ...}``), run
+        only when the database check passed, as the reference's tests do."""
+        grade = getattr(self.agent, "grade_rubrics", None)
+        if grade is None or not task.rubrics_yesno:
+            return
+        if not judged.passed:
+            judged.rubrics = {"rubrics": "not run: the database check failed first"}
+            return
+        judged.rubrics = grade(task, transcript)
+        judged.passed = bool(judged.rubrics["passed"])
+
     def _judge(self, task: Task, env: Environment) -> _Judged:
         expected = task.answer.expected
         if expected is None:
@@ -417,8 +445,11 @@ class Worker:
                 (True, True): "false_block",
                 (True, False): "clean_pass",
             }[(twin, guard.intervened)]
-        judge: dict[str, Any] = {"db": "pass" if judged.passed else "fail"}
-        if task.rubrics_yesno:
+        db_passed = judged.result_hash == judged.golden_hash
+        judge: dict[str, Any] = {"db": "pass" if db_passed else "fail"}
+        if judged.rubrics is not None:
+            judge.update({k: v for k, v in judged.rubrics.items() if k != "passed"})
+        elif task.rubrics_yesno:
             judge["rubrics"] = RUBRICS_NOT_JUDGED
         facts = CampaignFacts(
             repetition=key.repetition,
@@ -439,9 +470,12 @@ class Worker:
         untimed = getattr(self.agent, "untimed", False)
         metadata["execution_time"] = 0.0 if untimed else round(got.seconds, 6)
         if got.transcript.notes is not None:
-            metadata["simulated"] = got.transcript.notes
+            metadata[getattr(self.agent, "notes_key", "simulated")] = got.transcript.notes
         test = TestResult(result=judged.passed, reward=1.0 if judged.passed else 0.0)
-        if not judged.passed:
+        if db_passed and not judged.passed:
+            test.tb = f"AssertionError: rubric: {(judged.rubrics or {}).get('rubrics')}"
+            test.line_content = "validate_rubrics_yesno(x, judge)"
+        elif not judged.passed:
             test.tb = (
                 f"AssertionError: Database hash {judged.result_hash} does not match golden hash "
                 f"{judged.golden_hash}"
@@ -456,7 +490,9 @@ class Worker:
             metadata=metadata,
             finish_reason=got.transcript.finish_reason,
         )
-        if not judged.passed:
+        if db_passed and not judged.passed:
+            row.metadata["signature"] = "response_property"  # the rubrics judged the final response
+        elif not judged.passed:
             row.metadata["signature"] = state_signature(row, got.result_delta, task.answer.golden_delta)
         return AttemptSummary(
             key.uid, key.case, key.repetition, arm.name, judged.passed, outcome, False, row.line()
@@ -533,7 +569,17 @@ def make_agent(
         tasks = bench.tasks(None)
         domains = {name: load_domain(name, bench.bundle) for name in sorted({t.domain for t in tasks})}
         return SimulatedAgent(profile, tasks, domains, database or Database(config.db), config.seed)
-    raise ValueError(f"unknown agent {config.agent!r}; known: oracle, replay, simulated")
+    if config.agent == "llm":
+        from benchmark.llm.agent import LlmAgent
+        from benchmark.llm.config import load_llm_config
+
+        if config.llm_config is None:
+            raise ValueError("--agent llm needs --llm-config FILE")
+        by_id = {t.id: t for t in bench.tasks(config.domains or None)}
+        return LlmAgent(
+            load_llm_config(config.llm_config), by_id, _dataset_root(bench) / "agent" / "think.yaml"
+        )
+    raise ValueError(f"unknown agent {config.agent!r}; known: oracle, replay, simulated, llm")
 
 
 # -- worker processes -----------------------------------------------------------------------------

@@ -1,0 +1,271 @@
+"""``bench run --agent llm`` end to end against the scripted endpoint (a subprocess): the loop, user turns,
+``<DONE>``, limits, rubric judging, usage, resume after an outage, no API key in any output, and the
+calls through a real ``shadowguard serve`` in both protocol eras."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmark.campaign.results import DecodeResult, Text, ToolResponse, passed
+from benchmark.campaign.runner import CampaignConfig, UnitKey, Worker
+from benchmark.llm.agent import LlmAgent
+from benchmark.llm.config import load_llm_config
+
+from .conftest import Stub, raw_rows, rows_of, run_campaign
+
+SAMPLE = (  # one task per domain whose first golden write has a required argument (the stub's fault)
+    "external_booking_v1_group1.py:test_bmd_001",
+    "sandbox_auto_insurance_group1.py:test_bil_001",
+    "sandbox_consulting_group1.py:test_csa_001",
+    "sandbox_external_retail_group1.py:test_case_ST002_001",
+    "sandbox_neobank_support_v1_group1.py:test_dc_001",
+)
+RETAIL = "sandbox_external_retail"
+ST002 = "sandbox_external_retail_group1.py:test_case_ST002_001"
+RUBRIC = "sandbox_neobank_support_v1_group1_rubrics_yesno.py:test_aa_001"
+CANCEL = "sandbox_external_retail_group1.py:test_case_ST025_001"  # its golden calls cancel_order
+HOLD_CANCELLATIONS = """
+approvals:
+  - id: test.cancellations_wait_for_a_person
+    tools: [cancel_order]
+    source: {ref: "a test deployment", quote: "Cancellations wait for a person."}
+"""
+
+
+def _tasks_file(tmp_path: Path, uids: tuple[str, ...]) -> str:
+    path = tmp_path / "tasks.txt"
+    path.write_text("\n".join(uids) + "\n")
+    return str(path)
+
+
+def _by_arm(rows: list[DecodeResult]) -> dict[str, list[DecodeResult]]:
+    out: dict[str, list[DecodeResult]] = {}
+    for row in rows:
+        out.setdefault(str(row.metadata["arm"]), []).append(row)
+    return out
+
+
+def test_guard_hint_reaches_the_model_in_every_domain(tmp_path: Path, stub: Stub) -> None:
+    """correct-on-hint, asking the user first: the guard's refusal text is read and the call fixed, so
+    guard passes what off fails; user turns, <DONE>, usage per role; the key is nowhere in the output."""
+    out = tmp_path / "llm.jsonl"
+    config = stub.config(tmp_path / "llm.yaml", endpoint={**_endpoint(stub), "model": "stub-llm:ask-first"})
+    result = run_campaign(
+        "--llm-config",
+        str(config),
+        "--arms",
+        "off,guard",
+        "--out",
+        str(out),
+        "--tasks",
+        _tasks_file(tmp_path, SAMPLE),
+    )
+    assert result.exit_code == 0, result.output
+    arms = _by_arm(rows_of(out))
+    off = sum(passed(r) for r in arms["off"])
+    guard = sum(passed(r) for r in arms["guard"])
+    assert len(arms["off"]) == len(arms["guard"]) == len(SAMPLE)
+    assert guard > off, (off, guard)
+    assert guard == len(SAMPLE)
+    for row in arms["guard"]:
+        assert row.finish_reason == "done"
+        texts = [m for m in row.messages if isinstance(m, Text)]
+        assert texts[-1].content.endswith("<DONE>") and "[stub-llm test double]" in texts[-1].content
+        assert any(m.metadata.get("is_user_llm") for m in texts), "the simulated user answered the question"
+        assert any("What to do:" in m.content for m in row.messages if isinstance(m, ToolResponse))
+        assert row.metadata["guard"]["intervened"] is True
+        llm = row.metadata["llm"]
+        assert llm["served_model"] == "stub-llm (scripted test double)"
+        assert set(llm["usage"]) == {"agent", "user"} and llm["usage"]["user"]["calls"] == 1
+        assert {getattr(u, "role", None) for u in row.usage} == {"agent"}  # as tb infer: agent calls
+        assert len(row.usage) == llm["usage"]["agent"]["calls"]
+    meta = out.with_name(out.stem + "_run_metadata.yaml").read_text()
+    assert "api_key_env: SHADOWGUARD_TEST_LLM_KEY" in meta and "stub-llm (scripted test double)" in meta
+    for path in (out, out.with_name(out.stem + "_run_metadata.yaml")):
+        assert stub.key not in path.read_text()
+    assert stub.key not in result.output
+
+
+def _endpoint(stub: Stub) -> dict[str, Any]:
+    return {
+        "base_url": stub.url,
+        "model": "stub-llm",
+        "api_key_env": "SHADOWGUARD_TEST_LLM_KEY",
+        "retries": 1,
+        "backoff_max_s": 0.05,
+    }
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory: pytest.TempPathFactory, stub: Stub) -> Any:
+    path = stub.config(tmp_path_factory.mktemp("llm") / "llm.yaml")
+    config = CampaignConfig(
+        agent="llm",
+        arms=("off", "guard"),
+        domains=(RETAIL, "sandbox_neobank_support_v1"),
+        llm_config=str(path),
+    )
+    worker = Worker(config)
+    yield worker
+    worker.close()
+
+
+def _attempt(worker: Worker, stub: Stub, uid: str, arm: str, **changes: Any) -> DecodeResult:
+    """One attempt with the worker's agent re-made from a config with ``changes``."""
+    raw = {"endpoint": _endpoint(stub)} | changes
+    path = Path(worker.config.llm_config or "")
+    stub.config(path, **raw)
+    agent = worker.agent
+    assert isinstance(agent, LlmAgent)
+    worker.agent = LlmAgent(load_llm_config(path), agent._tasks, Path(_think(worker)))
+    (summary,) = worker.run_unit(UnitKey(uid, None, 0), [arm])
+    return DecodeResult.model_validate_json(summary.line)
+
+
+def _think(worker: Worker) -> Path:
+    from benchmark.campaign.runner import _dataset_root
+
+    return _dataset_root(worker.bench) / "agent" / "think.yaml"
+
+
+def test_limits_unknown_tools_and_no_user(worker: Worker, stub: Stub) -> None:
+    ep = _endpoint(stub)
+    chatty = _attempt(
+        worker, stub, ST002, "off", endpoint=ep | {"model": "stub-llm:never-done"}, max_user_turns=2
+    )
+    assert chatty.finish_reason == "user_limit" and not passed(chatty)
+    assert sum(1 for m in chatty.messages if isinstance(m, Text) and m.metadata.get("is_user_llm")) == 2
+
+    looping = _attempt(
+        worker, stub, ST002, "guard", endpoint=ep | {"model": "stub-llm:loop"}, max_agent_actions=3
+    )
+    assert looping.finish_reason == "agent_limit"
+    assert sum(1 for m in looping.messages if m.T == "ParallelToolCall") == 3
+
+    unknown = _attempt(worker, stub, ST002, "off", endpoint=ep | {"model": "stub-llm:unknown-tool"})
+    answers = [m.content for m in unknown.messages if isinstance(m, ToolResponse)]
+    assert answers[0] == "Error: function 'no_such_tool_stub' does not exist"
+    assert unknown.finish_reason == "done" and passed(unknown)  # then the golden calls
+
+    mute = _attempt(worker, stub, ST002, "off", endpoint=ep | {"model": "stub-llm:never-done"}, user="none")
+    assert mute.finish_reason == "no_user_llm"
+
+
+def test_rubric_tasks_are_judged_only_with_a_judge(worker: Worker, stub: Stub) -> None:
+    ep = _endpoint(stub) | {"model": "stub-llm:golden"}
+    yes = _attempt(worker, stub, RUBRIC, "off", endpoint=ep)
+    assert passed(yes) and yes.metadata["judge"]["rubrics"] == "pass"
+    assert (
+        all(a["yes"] for a in yes.metadata["judge"]["answers"])
+        and yes.metadata["llm"]["usage"]["judge"]["calls"]
+    )
+
+    no = _attempt(
+        worker, stub, RUBRIC, "off", endpoint=ep, judge=_endpoint(stub) | {"model": "stub-llm:judge-no"}
+    )
+    assert not passed(no) and no.metadata["judge"] == no.metadata["judge"] | {"db": "pass", "rubrics": "fail"}
+    assert no.test_result is not None and "rubric" in no.test_result.tb
+
+    ungraded = _attempt(worker, stub, RUBRIC, "off", endpoint=ep, judge="none")
+    assert not passed(ungraded) and ungraded.metadata["judge"]["rubrics"].startswith("rubric not graded")
+
+
+def test_endpoint_outage_is_a_system_error_and_resume_reruns_it(tmp_path: Path, stub: Stub) -> None:
+    out = tmp_path / "outage.jsonl"
+    config = stub.config(tmp_path / "llm.yaml")
+    args = [
+        "--llm-config",
+        str(config),
+        "--arms",
+        "off",
+        "--out",
+        str(out),
+        "--domain",
+        RETAIL,
+        "--tasks",
+        ST002,
+    ]
+    stub.outage(503)
+    try:
+        first = run_campaign(*args)
+    finally:
+        stub.outage(None)
+    assert first.exit_code == 0, first.output
+    (row,) = raw_rows(out)
+    assert row["is_system_error"] is True and row["metadata"]["error"]["type"] == "EndpointError"
+    assert (
+        "after 2 attempt(s)" in row["metadata"]["error"]["message"]
+        and "HTTP 503" in row["metadata"]["error"]["message"]
+    )
+    again = run_campaign(*args, "--resume")
+    assert again.exit_code == 0, again.output
+    (row,) = raw_rows(out)
+    assert row["is_system_error"] is False and row["finish_reason"] == "done"
+    assert stub.key not in out.read_text()
+
+
+@pytest.mark.parametrize("era", ["2026-07-28", "legacy"])
+def test_through_the_proxy(proxy_worker: Worker, era: str) -> None:
+    """off straight to the environment server, guard through `shadowguard serve`: the proxy's refusal
+    text is what the model reads, and the corrected call is committed."""
+    proxy_worker.config = CampaignConfig(**{**proxy_worker.config.__dict__, "proxy_era": era})
+    stack = getattr(proxy_worker, "proxy_stack", None)
+    if stack is not None:
+        stack.era = era
+    rows = [DecodeResult.model_validate_json(s.line) for s in proxy_worker.run_unit(UnitKey(ST002, None, 0))]
+    off, guard = rows
+    assert not passed(off) and passed(guard), (off.metadata, guard.metadata)
+    refused = [
+        m.content
+        for m in guard.messages
+        if isinstance(m, ToolResponse) and "Refused by the guard" in m.content
+    ]
+    assert refused and "What to do:" in refused[0]
+    assert guard.metadata["guard"]["committed"] is True and guard.metadata["guard"]["committed_changes"] > 0
+    assert guard.metadata["llm"]["through_proxy"] == {"era": era, "path": "shadowguard serve"}
+    assert off.metadata["llm"]["through_proxy"]["path"] == "direct"
+
+
+def test_a_held_call_through_the_proxy_meets_the_reviewer(proxy_worker: Worker, stub: Stub) -> None:
+    """The pack holds cancel_order for a person: the campaign reviewer approves it through the proxy's
+    approvals API, the call runs again under the approval and the commit makes it durable."""
+    assert isinstance(proxy_worker.agent, LlmAgent)
+    golden = load_llm_config(
+        stub.config(
+            Path(proxy_worker.config.llm_config or ""),
+            endpoint=_endpoint(stub) | {"model": "stub-llm:golden"},
+        )
+    )
+    proxy_worker.agent = LlmAgent(golden, proxy_worker.agent._tasks, _think(proxy_worker))
+    (summary,) = proxy_worker.run_unit(UnitKey(CANCEL, None, 0), ["guard"])
+    row = DecodeResult.model_validate_json(summary.line)
+    assert passed(row), row.metadata
+    assert row.metadata["guard"]["approvals"] == {"requested": 1, "approved": 1, "rejected": 0}
+
+
+@pytest.fixture(scope="module")
+def proxy_worker(tmp_path_factory: pytest.TempPathFactory, stub: Stub) -> Any:
+    """A worker whose calls go through the proxy; the retail pack plus an approval rule on cancel_order."""
+    work = tmp_path_factory.mktemp("llm-proxy")
+    path = stub.config(work / "llm.yaml")
+    source = Path(__file__).resolve().parents[3] / "policies" / RETAIL
+    pack = work / "policies" / RETAIL
+    pack.mkdir(parents=True)
+    for name in ("policy.yaml", "checks.py"):
+        (pack / name).write_text((source / name).read_text())
+    with (pack / "policy.yaml").open("a") as policy:
+        policy.write(HOLD_CANCELLATIONS)
+    config = CampaignConfig(
+        agent="llm",
+        arms=("off", "guard"),
+        domains=(RETAIL,),
+        llm_config=str(path),
+        through_proxy=True,
+        policy_dir=str(work / "policies"),
+    )
+    worker = Worker(config)
+    yield worker
+    worker.close()
