@@ -53,7 +53,7 @@ from proxy.held import HeldCalls, check_reviewers
 from proxy.ledger import SessionLedger
 from proxy.registry import ANY, SessionRegistry
 from proxy.server import GuardProxy, principal_of_scope
-from proxy.sessions import ProxySession, RollbackOutcome, lost_message
+from proxy.sessions import ProxySession, RollbackOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -246,18 +246,23 @@ def sessions_router(proxy: GuardProxy) -> APIRouter:
             )
         why = ""
         if caller.role != "agent":
-            ended = proxy.sessions.ended(session_id, principal)
+            ended = (
+                proxy.sessions.ended_any(session_id)
+                if principal is None
+                else proxy.sessions.ended(session_id, principal)
+            )
             why = f": it was rolled back and closed ({ended})" if ended is not None else ""
         raise ApiError(404, "not_found", f"no open session {session_id!r}{why}")
 
     async def recorded(
         session_id: str, caller: SessionsCaller, principal: str | None
     ) -> dict[str, Any] | None:
-        """What the ledger holds of a session no longer open (a commit record, or why it was lost)."""
+        """The commit record the ledger holds of a session no longer open (a commit that did not finish)."""
         if caller.role == "agent":
             found = await proxy.sessions.peek_lost(session_id, caller.name)
         else:
             found = await proxy.sessions.peek_lost(session_id, ANY if principal is None else principal)
+        found = [(who, entry) for who, entry in found if entry.commit is not None]
         if not found:
             return None
         if len(found) > 1:
@@ -269,14 +274,16 @@ def sessions_router(proxy: GuardProxy) -> APIRouter:
             )
         ((who, entry),) = found
         answer = entry_outcome(entry)
-        body: dict[str, Any] = {"id": session_id, "principal": who, "open": False, "state": entry.state}
-        if answer is not None:
-            body["committed"] = answer.committed
-            body["upstreams"] = answer.upstreams
-            body["violations"] = [v.model_dump(mode="json") for v in answer.violations]
-        else:
-            body["message"] = lost_message(entry.state)
-        return body
+        assert answer is not None
+        return {
+            "id": session_id,
+            "principal": who,
+            "open": False,
+            "state": entry.state,
+            "committed": answer.committed,
+            "upstreams": answer.upstreams,
+            "violations": [v.model_dump(mode="json") for v in answer.violations],
+        }
 
     @router.get("")
     async def list_sessions(caller: _Caller) -> JSONResponse:

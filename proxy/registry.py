@@ -55,6 +55,9 @@ class SessionRegistry:
     """Sessions opened with ``leased=True`` (HTTP: the proxy cannot see their client go) end, rolled
     back, when no request of theirs came for this long; None: only the idle timeout applies."""
     max_sessions: int = 10_000
+    renew_every: float = 1.0
+    """How often sessions look for upstream transaction leases due for renewal (each is renewed at a
+    third of its lease; guard.txext.RemoteBackend.renewal_due)."""
     observer: SessionObserver | None = None
     call_observer: CallObserver | None = None
     limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(200))
@@ -86,6 +89,11 @@ class SessionRegistry:
     def ended(self, session_id: str, principal: str | None = None) -> EndReason | None:
         """Why a recently ended session ended (None: not ended, or long forgotten)."""
         return self._ended.get((principal, session_id))
+
+    def ended_any(self, session_id: str) -> EndReason | None:
+        """Why the last recently ended session of this id ended, whoever's it was (orchestrators)."""
+        reasons = [why for (_, sid), why in self._ended.items() if sid == session_id]
+        return reasons[-1] if reasons else None
 
     async def take_lost(self, session_id: str, principal: str | None) -> LedgerEntry | None:
         """For an id with no open session: why its uncommitted writes were lost or what its
@@ -207,15 +215,25 @@ class SessionRegistry:
     async def run_reaper(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        """Check for idle sessions periodically until cancelled."""
-        task_status.started()
-        limits = [t for t in (self.idle_timeout, self.lease) if t is not None]
-        if not limits:
-            return
-        period = min(max(min(limits) / 4, 0.05), 30.0)
+        """Until cancelled: end idle sessions, and renew the upstream transactions' leases."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._renew_leases)
+            task_status.started()
+            limits = [t for t in (self.idle_timeout, self.lease) if t is not None]
+            if not limits:
+                return
+            period = min(max(min(limits) / 4, 0.05), 30.0)
+            while True:
+                await anyio.sleep(period)
+                await self.reap_idle()
+
+    async def _renew_leases(self) -> None:
+        """Every :attr:`renew_every` seconds, each session renews the leases that are due
+        (docs/adr/011: a participant rolls back a transaction no request named for its lease)."""
         while True:
-            await anyio.sleep(period)
-            await self.reap_idle()
+            await anyio.sleep(self.renew_every)
+            for session in list(self._sessions.values()):
+                await session.renew_leases()
 
     def stop_retrying(self) -> None:
         """The proxy is stopping: a call waiting to be retried is not retried (it fails at once)."""

@@ -298,6 +298,31 @@ class ProxySession:
             **({"commit": self.commit_record} if self.commit_record is not None else {}),
         }
 
+    async def renew_leases(self) -> None:
+        """Renew the leases of this session's upstream transactions that are due (guard.txext
+        ``renew``): a quiet agent's transactions outlive the participants' leases, a dead proxy's do
+        not. Skipped while a call runs (its own requests renew them)."""
+        if self._lock.locked():
+            return
+        async with self._lock:
+            for leg in list(self._legs.values()):
+                remote = leg.remote
+                if remote is None or not remote.renewal_due():
+                    continue
+                try:
+                    await remote.renew()
+                except (
+                    TransactionError,
+                    MCPError,
+                    anyio.BrokenResourceError,
+                    anyio.ClosedResourceError,
+                ) as exc:
+                    # The transaction is gone on the upstream: the session's next call or commit meets
+                    # it there (no such transaction) and reports the loss.
+                    logger.warning(
+                        "session %s: lease renewal on %r failed: %s", self.id, leg.upstream.name, exc
+                    )
+
     async def _run(self, func: Callable[..., Any], *args: Any) -> Any:
         return await anyio.to_thread.run_sync(func, *args, limiter=self._limiter)
 

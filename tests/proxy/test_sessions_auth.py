@@ -101,7 +101,7 @@ class Proxy:
         self, session_id: str, note: str, principal: str | None, upstream: str = "notes"
     ) -> None:
         """The session is still open, its write uncommitted (a refused request changed nothing)."""
-        session = self.proxy.sessions.get(session_id)
+        session = self.proxy.sessions.get(session_id, principal)
         assert session is not None and not session.closed
         assert session.principal == principal
         assert session.in_transaction
@@ -325,11 +325,11 @@ def test_an_agent_is_not_told_why_a_session_ended(guarded: Proxy) -> None:
             result = await client.call_tool("put_note", {"id": new_note(), "body": "x", "status": "draft"})
             assert result.meta is not None
             session = str(result.meta[OUTCOME_META_KEY]["session"])
-            assert guarded.proxy.sessions.get(session) is not None
+            assert guarded.proxy.sessions.named(session)
         return session  # the client's DELETE /mcp rolled it back and closed it
 
     session = anyio.run(handshake_session)
-    assert guarded.proxy.sessions.get(session) is None
+    assert not guarded.proxy.sessions.named(session)
     with guarded.http("agent-1") as agent:
         assert assert_error(agent.get(f"/api/sessions/{session}"), 404, "not_found") == (
             f"no open session {session!r}"
