@@ -144,7 +144,7 @@ class TxRequest(types.Request[TxParams, str]):
 class TxBeginResult(types.Result):
     features: list[str] = Field(default_factory=list)
     """Optional features the participant serves for this transaction (absent: none)."""
-    lease_s: float | None = None
+    lease_s: float | None = Field(default=None, alias="lease_s")
     """The transaction's lease: rolled back after this long without a request naming it (absent: none)."""
 
 

@@ -135,7 +135,9 @@ async def test_a_proxy_killed_between_two_upstream_commits_reports_each_upstream
             (violation,) = result.structured_content["violations"]
             assert violation["rule_id"] == "commit_interrupted", text
             assert "changes_lost" not in text and "nothing was committed" not in text
-            assert "Outcome unknown on: " + repr(next(k for k, v in expected.items() if v == "unknown")) in text
+            assert (
+                "Outcome unknown on: " + repr(next(k for k, v in expected.items() if v == "unknown")) in text
+            )
             if "applied" in expected.values():
                 assert "Applied (committed) on: 'a'" in text
             # Told once: the session goes on, and a new commit keeps what is written now.
