@@ -80,6 +80,14 @@ def two_upstreams(harness: Any, tmp: Path, marker: str) -> tuple[Path, Path, Pat
     return config, db_a, db_b
 
 
+async def commit_while_dying(harness: Any, url: str, session: str) -> None:
+    """Send ``commit`` to a proxy that kills itself under it (the client then fails to disconnect)."""
+    with contextlib.suppress(Exception):
+        async with harness.agent_on(url, MODERN) as agent:
+            agent.session = session
+            await agent.call("commit")
+
+
 def wait_dead(process: Any) -> int:
     deadline = time.monotonic() + 60
     while process.proc.poll() is None and time.monotonic() < deadline:
@@ -112,8 +120,7 @@ async def test_a_proxy_killed_between_two_upstream_commits_reports_each_upstream
             session = agent.session
             await agent.ok("a_put_note", {"id": note, "body": "on a", "status": "draft"})
             await agent.ok("b_put_note", {"id": note, "body": "on b", "status": "draft"})
-            with contextlib.suppress(Exception):  # the proxy dies under the commit
-                await agent.call("commit")
+        await commit_while_dying(harness, process.url, session)
         assert wait_dead(process) == -9
         landed = {"a": note in harness.notes_rows(db_a), "b": note in harness.notes_rows(db_b)}
         assert landed == {"a": True, "b": crash_at == "commit:after:b"}
