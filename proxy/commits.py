@@ -8,8 +8,10 @@ on others. The session ledger (:mod:`proxy.ledger`) keeps the record; this modul
 commit's answer: which upstreams applied the changes, which did not, and which are unknown (the
 commit was sent, or about to be, when its answer was lost: read the data back).
 
-``SHADOWGUARD_CRASH_AT`` names a fault-injection point (:func:`crash_point`) where the process kills
-itself with SIGKILL: tests use it to stop the proxy between two upstream commits deterministically.
+``SHADOWGUARD_CRASH_AT`` names a fault-injection point (:func:`crash_point`): ``kill:<point>`` makes the
+process kill itself with SIGKILL there, ``fail:<point>`` makes the step fail with :class:`InjectedFault`.
+Tests use it to stop the proxy, or fail an upstream's commit, between two upstream commits
+deterministically. Unset (always, outside tests) it does nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import os
 import signal
 
+from guard.backend import BackendError
 from guard.models import CommitOutcome, Violation
 from proxy.ledger import INTERRUPTED, CommitRecord, LedgerEntry
 
@@ -26,10 +29,18 @@ INCOMPLETE_RULES = frozenset({INTERRUPTED, "partial_commit"})
 """Rule ids of a commit that applied on some upstreams and not (or not known) on others."""
 
 
+class InjectedFault(BackendError):
+    """The step failed because ``SHADOWGUARD_CRASH_AT`` said so (tests only)."""
+
+
 def crash_point(name: str) -> None:
-    """Kill this process with SIGKILL when ``SHADOWGUARD_CRASH_AT`` equals ``name`` (fault injection)."""
-    if os.environ.get(CRASH_ENV) == name:
+    """Fault injection at ``name`` when ``SHADOWGUARD_CRASH_AT`` is ``kill:<name>`` (SIGKILL this
+    process) or ``fail:<name>`` (raise :class:`InjectedFault`)."""
+    wanted = os.environ.get(CRASH_ENV)
+    if wanted == f"kill:{name}":
         os.kill(os.getpid(), signal.SIGKILL)
+    if wanted == f"fail:{name}":
+        raise InjectedFault(f"fault injected at {name} ({CRASH_ENV})")
 
 
 def upstream_states(record: CommitRecord) -> dict[str, str]:

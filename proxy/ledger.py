@@ -10,7 +10,7 @@ agent is told the write succeeded, removed when the session's work ends in a way
 of (a commit, or a rollback it or an orchestrator asked for), and marked with the reason when the
 proxy ends it behind the agent's back (idle timeout, closed connection, shutdown). When a process
 starts, the rows its predecessor left open are marked ``restarted``. An id the proxy does not know
-is looked up here (:meth:`SessionLedger.take_lost`): a row means the session's writes were lost,
+is looked up here (:meth:`SessionLedger.take`): a row means the session's writes were lost,
 and the next ``commit`` under that id is refused with why.
 
 A commit is noted too (docs/adr/011-commit-records-and-participant-leases.md): before the first
@@ -305,11 +305,6 @@ class SessionLedger:
 
         result: LedgerEntry | None = self._run("look a session up", work)
         return result
-
-    def take_lost(self, session_id: str, principal: str | None) -> str | None:
-        """:meth:`take`, its state only."""
-        entry = self.take(session_id, principal)
-        return None if entry is None else entry.state
 
     def close(self) -> None:
         self._engine.dispose()

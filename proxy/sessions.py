@@ -733,8 +733,8 @@ class ProxySession:
             assert guard is not None
             journaled = _journaled(leg, guard)
             name = leg.upstream.name
-            crash_point(f"commit:before:{name}")
             try:
+                crash_point(f"commit:before:{name}")
                 result = guard.commit()
             except (BackendError, UpstreamError, MCPError) as exc:
                 gone = _is_gone(exc) or not leg.connection.alive
@@ -760,17 +760,19 @@ class ProxySession:
         return CommitOutcome(committed=True, changes=changes, applied=applied)
 
     def _note_committing(self, legs: list[_Leg]) -> CommitRecord | None:
-        """Before the first upstream commits: the ledger notes the commit (the upstreams holding kept
-        writes, in commit order; journaled ones applied their calls already). None: nothing to note."""
+        """Before the first upstream commits: the commit's record (the upstreams holding kept writes,
+        in commit order; journaled ones applied their calls already), noted in the ledger if there is
+        one. None: nothing was kept, so no commit can be partial."""
         kept = [leg for leg in legs if leg.guard is not None and leg.guard.kept]
-        if self.ledger is None or not kept:
+        if not kept:
             return None
         record = CommitRecord(
             upstreams=tuple(leg.upstream.name for leg in kept),
             applied=tuple(leg.upstream.name for leg in kept if not leg.upstream.transactional),
         )
-        self.ledger.committing(self.id, self.principal, record)
-        self._recorded = True
+        if self.ledger is not None:
+            self.ledger.committing(self.id, self.principal, record)
+            self._recorded = True
         return record
 
     def _note_applied(self, record: CommitRecord | None) -> None:

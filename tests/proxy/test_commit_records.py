@@ -100,8 +100,8 @@ def wait_dead(process: Any) -> int:
 @pytest.mark.parametrize(
     ("crash_at", "expected"),
     [
-        ("commit:after:a", {"a": "unknown", "b": "not_applied"}),
-        ("commit:after:b", {"a": "applied", "b": "unknown"}),
+        ("kill:commit:after:a", {"a": "unknown", "b": "not_applied"}),
+        ("kill:commit:after:b", {"a": "applied", "b": "unknown"}),
     ],
 )
 async def test_a_proxy_killed_between_two_upstream_commits_reports_each_upstream(
@@ -123,7 +123,7 @@ async def test_a_proxy_killed_between_two_upstream_commits_reports_each_upstream
         await commit_while_dying(harness, process.url, session)
         assert wait_dead(process) == -9
         landed = {"a": note in harness.notes_rows(db_a), "b": note in harness.notes_rows(db_b)}
-        assert landed == {"a": True, "b": crash_at == "commit:after:b"}
+        assert landed == {"a": True, "b": crash_at == "kill:commit:after:b"}
 
         process.restart([harness.shadowguard, "serve", "--config", str(config)])
         async with httpx2.AsyncClient(base_url=process.base, timeout=60) as http:
@@ -151,5 +151,36 @@ async def test_a_proxy_killed_between_two_upstream_commits_reports_each_upstream
             await agent.ok("b_put_note", {"id": note, "body": "redone", "status": "draft"})
             await agent.ok("commit")
         assert harness.notes_rows(db_b)[note]["body"] == "redone"
+    finally:
+        assert process.stop() == 0, process.log.read_text()
+
+
+async def test_an_upstream_commit_that_fails_after_another_landed_is_a_partial_commit_record(
+    tmp_path: Path, harness: Any, marker: str
+) -> None:
+    """In a live proxy: ``a`` committed, ``b``'s commit fails (injected). The answer and the sessions
+    API name ``a`` applied and ``b`` not applied; the next commit repeats that nothing is pending."""
+    config, db_a, db_b = two_upstreams(harness, tmp_path, marker)
+    process = harness.Process(
+        [harness.shadowguard, "serve", "--config", str(config)],
+        config.with_suffix(".log"),
+        announce="shadowguard serve: listening on",
+        env={CRASH_ENV: "fail:commit:before:b"},
+    ).ready()
+    note = f"p-{uuid.uuid4().hex[:8]}"
+    try:
+        async with harness.agent_on(process.url, MODERN) as agent:
+            await agent.ok("a_put_note", {"id": note, "body": "on a", "status": "draft"})
+            await agent.ok("b_put_note", {"id": note, "body": "on b", "status": "draft"})
+            result = await agent.call("commit")
+            text = harness.text(result)
+            assert result.is_error and result.structured_content is not None, text
+            assert result.structured_content["upstreams"] == {"a": "applied", "b": "not_applied"}
+            assert [v["rule_id"] for v in result.structured_content["violations"]] == ["partial_commit"]
+            assert text.startswith("Commit incomplete") and "Not applied (rolled back) on: 'b'" in text
+            async with httpx2.AsyncClient(base_url=process.base, timeout=60) as http:
+                shown = (await http.get(f"/api/sessions/{agent.session}")).json()
+            assert shown["commit"] == {"a": "applied", "b": "not_applied"}
+        assert note in harness.notes_rows(db_a) and note not in harness.notes_rows(db_b)
     finally:
         assert process.stop() == 0, process.log.read_text()
