@@ -119,6 +119,21 @@ class CommitRecord:
         return cls(tuple(data["upstreams"]), tuple(data["applied"]), tuple(data.get("unknown", ())))
 
 
+def applied_on(record: CommitRecord | None, name: str) -> CommitRecord | None:
+    """The record after ``name`` answered that it committed."""
+    if record is None or name not in record.upstreams or name in record.applied:
+        return record
+    return CommitRecord(record.upstreams, (*record.applied, name), record.unknown)
+
+
+def failed_on(record: CommitRecord | None, name: str, *, unknown: bool = False) -> CommitRecord | None:
+    """The record after the commit on ``name`` failed: unknown when its answer was lost (the
+    connection went), else not applied (the upstream answered that it did not commit)."""
+    if record is None or not unknown or name not in record.upstreams:
+        return record
+    return CommitRecord(record.upstreams, record.applied, (*record.unknown, name))
+
+
 @dataclass(frozen=True)
 class LedgerEntry:
     """A session's row: why its work ended behind the agent, and its commit record if it was committing."""
@@ -329,4 +344,6 @@ __all__ = [
     "LedgerEntry",
     "LedgerError",
     "SessionLedger",
+    "applied_on",
+    "failed_on",
 ]

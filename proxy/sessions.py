@@ -75,7 +75,7 @@ from guard.session import GuardSession, ToolResult
 from guard.txext import RemoteBackend, TransactionError
 from proxy.commits import crash_point, entry_outcome, record_outcome
 from proxy.held import CANCEL_REASONS, HeldCalls
-from proxy.ledger import RESTARTED, CommitRecord, LedgerError, SessionLedger
+from proxy.ledger import RESTARTED, CommitRecord, LedgerError, SessionLedger, applied_on, failed_on
 from proxy.upstreams import (
     CALL_TIMEOUT_S,
     Upstream,
@@ -187,20 +187,6 @@ def _is_gone(exc: BaseException) -> bool:
     if isinstance(exc, UpstreamGoneError) or is_connection_lost(exc):
         return True
     return isinstance(exc, TransactionError) and exc.code == types.CONNECTION_CLOSED
-
-
-def _applied_on(record: CommitRecord | None, name: str) -> CommitRecord | None:
-    if record is None or name not in record.upstreams or name in record.applied:
-        return record
-    return CommitRecord(record.upstreams, (*record.applied, name), record.unknown)
-
-
-def _failed_on(record: CommitRecord | None, name: str, *, unknown: bool = False) -> CommitRecord | None:
-    """The record after the commit on ``name`` failed: unknown when its answer was lost (the
-    connection went), else not applied (the upstream answered that it did not commit)."""
-    if record is None or not unknown or name not in record.upstreams:
-        return record
-    return CommitRecord(record.upstreams, record.applied, (*record.unknown, name))
 
 
 def _journaled(leg: _Leg, guard: GuardSession) -> list[ToolCall]:
@@ -740,16 +726,16 @@ class ProxySession:
                 gone = _is_gone(exc) or not leg.connection.alive
                 if gone:
                     leg.connection.lost = True
-                return self._commit_failed(exc, record=_failed_on(record, name, unknown=gone))
+                return self._commit_failed(exc, record=failed_on(record, name, unknown=gone))
             if not result.committed:
                 return self._commit_failed(
-                    BackendError("commit checks changed their verdict"), record=_failed_on(record, name)
+                    BackendError("commit checks changed their verdict"), record=failed_on(record, name)
                 )
             crash_point(f"commit:after:{name}")
             leg.guard = None
             leg.remote = None
             applied += journaled
-            record = _applied_on(record, name)
+            record = applied_on(record, name)
             try:
                 self._note_applied(record)
             except LedgerError as exc:
