@@ -354,7 +354,7 @@ class TransactionParticipant:
         result = await call_next(ctx)
         meta: Mapping[str, Any] = ctx.meta or {}
         tx = meta.get(TX_META_KEY)
-        if isinstance(tx, str):
+        if isinstance(tx, str) and (ctx.method == "tools/call" or ctx.method in METHODS):
             self._touch(self.session_key(ctx), tx)
         return result
 
