@@ -135,6 +135,10 @@ def serve(
         float, typer.Option(help="Close a session's environment after this many idle seconds (0: never).")
     ] = 1800.0,
     max_sessions: Annotated[int, typer.Option(help="Most environment sessions open at once.", min=1)] = 1000,
+    tx_lease: Annotated[
+        float,
+        typer.Option(help="Roll back a guard's transaction after this many seconds without its requests."),
+    ] = 60.0,
 ) -> None:
     """Serve one domain's tools as an MCP server (stdio, or HTTP at /mcp); see docs/env-server.md."""
     from benchmark.envs.server import EnvServer, announce_stderr
@@ -150,6 +154,7 @@ def serve(
             bench,
             idle_timeout=idle_timeout or None,
             max_sessions=max_sessions,
+            tx_lease_s=tx_lease,
         )
         env_server.sessions.open_environment().close()  # fail now, not on the first call, on a bad --db
     except (EnvError, ValueError, SQLAlchemyError) as exc:

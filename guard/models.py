@@ -217,3 +217,6 @@ class CommitOutcome(BaseModel):
     """Calls that were already applied when they ran (upstreams that cannot transact): the commit did
     not make them durable, they were so from the start; committed, they are no longer undone by a
     rollback. Their ids are the ones the agent saw."""
+    upstreams: dict[str, str] | None = None
+    """For a commit that did not finish on every upstream (or one answered from its commit record
+    after a restart): each upstream's ``applied``, ``unknown`` or ``not_applied``; else None."""

@@ -37,12 +37,15 @@ block the loop that must answer it.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
+import logging
 import threading
+import time
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -63,6 +66,8 @@ from guard.models import ChangeSet, RowChange
 from guard.session import Executor, ToolResult
 from guard.sqltext import SqlTextError
 
+logger = logging.getLogger(__name__)
+
 EXTENSION = "shadowguard/tx"
 VERSION = 1
 TX_META_KEY = "shadowguard/tx"
@@ -75,7 +80,14 @@ CHANGES = "shadowguard/tx/changes"
 QUERY = "shadowguard/tx/query"
 COMMIT = "shadowguard/tx/commit"
 ROLLBACK = "shadowguard/tx/rollback"
-METHODS = (BEGIN, SAVEPOINT, ROLLBACK_TO, RELEASE, CHANGES, QUERY, COMMIT, ROLLBACK)
+RENEW = "shadowguard/tx/renew"
+METHODS = (BEGIN, SAVEPOINT, ROLLBACK_TO, RELEASE, CHANGES, QUERY, COMMIT, ROLLBACK, RENEW)
+
+DEFAULT_LEASE_S = 60.0
+"""How long a participant keeps a transaction that hears nothing from its guard (docs/adr/011): every
+request naming it renews it (and ``renew``, which the guard sends while its agent is quiet); when it
+lapses the participant rolls it back, so a guard that died (kill -9) holds no lock for ever. The
+``begin`` answer says it (``lease_s``); a guard renews at a third of it."""
 
 PIGGYBACK = "piggyback"
 """The optional feature (docs/transaction-extension.md, "Piggybacked operations"): savepoint and
@@ -132,6 +144,8 @@ class TxRequest(types.Request[TxParams, str]):
 class TxBeginResult(types.Result):
     features: list[str] = Field(default_factory=list)
     """Optional features the participant serves for this transaction (absent: none)."""
+    lease_s: float | None = Field(default=None, alias="lease_s")
+    """The transaction's lease: rolled back after this long without a request naming it (absent: none)."""
 
 
 class TxSavepointResult(types.Result):
@@ -220,6 +234,8 @@ def _check_id(value: Any, what: str) -> str:
 class _Open:
     tx: str
     backend: weakref.ref[Backend]
+    renewed: float
+    """When a request last named it (the clock of :class:`TransactionParticipant`)."""
     aliases: dict[str, str] = field(default_factory=dict)
     """Savepoint names the client chose (piggybacked) -> the backend's, in the order they opened."""
 
@@ -275,7 +291,12 @@ class TransactionParticipant:
         session_key: Callable[[Ctx], str],
         access: BackendAccess,
         features: Collection[str] = FEATURES,
+        lease_s: float | None = DEFAULT_LEASE_S,
+        on_lapse: Callable[[str], Awaitable[object]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if lease_s is not None and not lease_s > 0:
+            raise ValueError(f"lease_s must be a positive number of seconds or None, got {lease_s!r}")
         unknown = sorted(set(features) - set(FEATURES))
         if unknown:
             raise ValueError(f"unknown feature(s) {unknown}; known: {', '.join(FEATURES)}")
@@ -284,6 +305,12 @@ class TransactionParticipant:
         self.features = tuple(f for f in FEATURES if f in features)
         """The optional features served (all by default; ``()`` behaves as a participant that
         predates them: piggybacked operations are refused with INVALID_PARAMS)."""
+        self.lease_s = lease_s
+        """A transaction no request named for this long is rolled back (None: never)."""
+        self.on_lapse = on_lapse
+        """Told the session key of each transaction rolled back for its lapsed lease (after the
+        rollback), e.g. to free what the session holds (a pooled schema, a connection)."""
+        self._clock = clock
         self._open: dict[str, _Open] = {}
         self._lock = threading.Lock()  # the registry is touched from worker threads
 
@@ -298,12 +325,89 @@ class TransactionParticipant:
             QUERY: self._query,
             COMMIT: self._commit,
             ROLLBACK: self._rollback,
+            RENEW: self._renew,
         }
         for method, handler in handlers.items():
             server.add_request_handler(method, TxParams, handler)
         server.extensions[EXTENSION] = settings(self.features)
         server.middleware.append(functools.partial(_advertise_in_handshake, entry=settings(self.features)))
         server.middleware.append(self._carry_ops)
+        server.middleware.append(self._renew_after)
+        if self.lease_s is not None:
+            inner = server.lifespan
+
+            @contextlib.asynccontextmanager
+            async def lifespan(app: Server[Any]) -> AsyncIterator[Any]:
+                async with inner(app) as state, anyio.create_task_group() as tg:
+                    tg.start_soon(self.run_reaper)
+                    try:
+                        yield state
+                    finally:
+                        tg.cancel_scope.cancel()
+
+            server.lifespan = lifespan
+
+    # -- leases
+    async def _renew_after(self, ctx: Ctx, call_next: CallNext) -> HandlerResult:
+        """Server middleware: a request naming a transaction renews its lease when it is answered
+        (it was renewed on arrival too), so a call longer than the lease does not lapse it."""
+        result = await call_next(ctx)
+        meta: Mapping[str, Any] = ctx.meta or {}
+        tx = meta.get(TX_META_KEY)
+        if isinstance(tx, str) and (ctx.method == "tools/call" or ctx.method in METHODS):
+            self._touch(self.session_key(ctx), tx)
+        return result
+
+    def _touch(self, key: str, tx: str) -> None:
+        with self._lock:
+            entry = self._open.get(key)
+            if entry is not None and entry.tx == tx:
+                entry.renewed = self._clock()
+
+    def _lapsed(self) -> list[tuple[str, str]]:
+        with self._lock:
+            return sorted(self._lapsed_locked())
+
+    async def reap(self) -> list[str]:
+        """Roll back every transaction whose lease lapsed (serialised with its session's calls, and
+        only if it is still open and still lapsed then); the session keys, after ``on_lapse``."""
+        lapsed = []
+        for key, tx in self._lapsed():
+
+            def roll_back(backend: Backend, key: str = key, tx: str = tx) -> bool:
+                with self._lock:
+                    entry = self._open.get(key)
+                    due = entry is not None and entry.tx == tx and (key, tx) in self._lapsed_locked()
+                    if due:
+                        del self._open[key]
+                if not due:
+                    return False
+                try:
+                    backend.rollback()
+                except Exception as exc:  # its state is unknown: the host's on_lapse drops the session
+                    logger.warning("transaction %s (lease lapsed): rollback failed: %s", tx, exc)
+                return True
+
+            if await self.access(key, roll_back):
+                logger.info("transaction %s of session %s: lease lapsed, rolled back", tx, key)
+                lapsed.append(key)
+                if self.on_lapse is not None:
+                    await self.on_lapse(key)
+        return lapsed
+
+    def _lapsed_locked(self) -> set[tuple[str, str]]:
+        if self.lease_s is None:
+            return set()
+        cutoff = self._clock() - self.lease_s
+        return {(key, e.tx) for key, e in self._open.items() if e.renewed < cutoff}
+
+    async def run_reaper(self) -> None:
+        """:meth:`reap` every quarter lease until cancelled (``install`` runs it in the server's lifespan)."""
+        if self.lease_s is None:
+            return
+        while True:
+            await anyio.sleep(max(self.lease_s / 4, 0.05))
+            await self.reap()
 
     # -- what hosts call from their tools/call handler
     @staticmethod
@@ -412,7 +516,11 @@ class TransactionParticipant:
         with self._lock:
             entry = self._open.get(key)
             if entry is None or entry.tx != tx:
-                raise _error(TX_UNKNOWN, f"no open transaction {tx!r} in this session")
+                raise _error(
+                    TX_UNKNOWN,
+                    f"no open transaction {tx!r} in this session (never begun, ended, or rolled back "
+                    "when its lease lapsed)",
+                )
             if entry.backend() is not backend:
                 del self._open[key]
                 raise _error(
@@ -420,6 +528,7 @@ class TransactionParticipant:
                     f"transaction {tx!r} is gone: the session's state was replaced or closed, "
                     "and its changes with it",
                 )
+            entry.renewed = self._clock()
             return entry
 
     def _register(self, key: str, tx: str, backend: Backend) -> None:
@@ -429,7 +538,7 @@ class TransactionParticipant:
             entry = self._open.get(key)
             if entry is not None and entry.backend() is backend:
                 raise _error(TX_STATE, f"transaction {entry.tx!r} is already open in this session")
-            self._open[key] = _Open(tx, weakref.ref(backend))
+            self._open[key] = _Open(tx, weakref.ref(backend), renewed=self._clock())
 
     def _forget(self, key: str, tx: str) -> None:
         with self._lock:
@@ -492,7 +601,10 @@ class TransactionParticipant:
                 raise
 
         await self.access(key, work)
-        return {"features": list(self.features)} if self.features else {}
+        answer: dict[str, Any] = {"features": list(self.features)} if self.features else {}
+        if self.lease_s is not None:
+            answer["lease_s"] = self.lease_s
+        return answer
 
     async def _savepoint(self, ctx: Ctx, params: TxParams) -> TxSavepointResult:
         self._accept(SAVEPOINT, params, ())
@@ -547,6 +659,12 @@ class TransactionParticipant:
     async def _rollback(self, ctx: Ctx, params: TxParams) -> dict[str, Any]:
         self._accept(ROLLBACK, params, ())
         await self._within(ctx, ROLLBACK, lambda b, _: b.rollback(), ends=True)
+        return {}
+
+    async def _renew(self, ctx: Ctx, params: TxParams) -> dict[str, Any]:
+        """The guard is alive and the transaction still wanted: its lease starts again."""
+        self._accept(RENEW, params, ())
+        await self._within(ctx, RENEW, lambda b, _: None)
         return {}
 
 
@@ -649,6 +767,10 @@ class RemoteBackend:
         """Piggybacked savepoints not yet released or rolled back to, oldest first."""
         self._reported: dict[str, _Reported] = {}
         self._failed: dict[str, TransactionError] = {}
+        self.lease_s: float | None = None
+        """The open transaction's lease, as the participant's ``begin`` answered (None: none)."""
+        self.last_sent = time.monotonic()
+        """When a request naming the transaction was last sent (:meth:`renewal_due`)."""
 
     def _sync(self, func: Callable[[], Coroutine[Any, Any, T]]) -> T:
         if self._portal is not None:
@@ -670,6 +792,7 @@ class RemoteBackend:
         return ops
 
     def _send(self, tx: str, method: str, result_type: type[R], fields: Mapping[str, Any]) -> R:
+        self.last_sent = time.monotonic()
         meta = self._meta(tx)
         ops = self._take_queue()
         if ops:
@@ -740,6 +863,7 @@ class RemoteBackend:
             raise
         self.tx = tx
         self.piggybacking = self.piggyback and PIGGYBACK in answer.features
+        self.lease_s = answer.lease_s
 
     def savepoint(self) -> str:
         if not self.piggybacking:
@@ -808,11 +932,35 @@ class RemoteBackend:
         :meth:`tool_call_failed`)."""
         if self.tx is None:
             raise BackendError("no transaction: call begin() first")
+        self.last_sent = time.monotonic()
         meta = self._meta(self.tx)
         ops = self._take_queue()
         if ops:
             meta[OPS_META_KEY] = ops
         return meta
+
+    # -- leases
+    def renewal_due(self) -> bool:
+        """The open transaction has a lease, and a third of it passed since a request named it."""
+        return (
+            self.tx is not None
+            and self.lease_s is not None
+            and time.monotonic() - self.last_sent >= self.lease_s / 3
+        )
+
+    async def renew(self) -> None:
+        """Renew the open transaction's lease (on the event loop; never while a worker thread uses
+        this backend: the caller holds the lock its calls run under). Raises TransactionError."""
+        if self.tx is None:
+            return
+        self.last_sent = time.monotonic()
+        params = TxParams.model_validate({"_meta": self._meta(self.tx)})
+        try:
+            await self.session.send_request(
+                TxRequest(method=RENEW, params=params), types.EmptyResult, self.timeout
+            )
+        except MCPError as exc:
+            raise self._error(RENEW, exc) from exc
 
     def tool_call_done(self, result: types.CallToolResult) -> None:
         """The tools/call answered (an ``isError`` result too): its operations were applied; keep the

@@ -46,12 +46,13 @@ from proxy.approvals.auth import AgentAuth, SessionsCaller, api_sessions_caller
 from proxy.approvals.review import review_router
 from proxy.approvals.webhook import WebhookNotifier
 from proxy.audit import AuditLog
+from proxy.commits import entry_outcome
 from proxy.config import ConfigError, ProxyConfig
 from proxy.health import health_router
 from proxy.held import HeldCalls, check_reviewers
 from proxy.ledger import SessionLedger
-from proxy.registry import SessionRegistry
-from proxy.server import GuardProxy
+from proxy.registry import ANY, SessionRegistry
+from proxy.server import GuardProxy, principal_of_scope
 from proxy.sessions import ProxySession, RollbackOutcome
 
 logger = logging.getLogger(__name__)
@@ -224,16 +225,65 @@ def sessions_router(proxy: GuardProxy) -> APIRouter:
         responses=_SESSION_ERRORS,
     )
 
-    def find(session_id: str, caller: SessionsCaller) -> ProxySession:
-        session = proxy.sessions.get(session_id)
-        if session is not None and caller.may_act_on(session.principal):
-            return session
+    def visible(session_id: str, caller: SessionsCaller, principal: str | None) -> list[ProxySession]:
+        found = proxy.sessions.named(session_id)
+        if caller.role == "agent":
+            return [s for s in found if s.principal == caller.name]
+        return [s for s in found if principal is None or s.principal == principal]
+
+    def find(session_id: str, caller: SessionsCaller, principal: str | None) -> ProxySession:
+        """The one open session of this id the caller may act on; 404 when none (another principal's
+        is not told apart from an unknown id), 409 when several principals' share it."""
+        sessions = visible(session_id, caller, principal)
+        if len(sessions) == 1:
+            return sessions[0]
+        if len(sessions) > 1:
+            raise ApiError(
+                409,
+                "conflict",
+                f"sessions of {len(sessions)} principals have the id {session_id!r}; "
+                "name one with ?principal=",
+            )
         why = ""
-        if session is None and caller.role != "agent":
-            # An ended session's principal is not kept: an agent is told no more than "not open".
-            ended = proxy.sessions.ended(session_id)
+        if caller.role != "agent":
+            ended = (
+                proxy.sessions.ended_any(session_id)
+                if principal is None
+                else proxy.sessions.ended(session_id, principal)
+            )
             why = f": it was rolled back and closed ({ended})" if ended is not None else ""
         raise ApiError(404, "not_found", f"no open session {session_id!r}{why}")
+
+    async def recorded(
+        session_id: str, caller: SessionsCaller, principal: str | None
+    ) -> dict[str, Any] | None:
+        """The commit record the ledger holds of a session no longer open (a commit that did not finish)."""
+        if caller.role == "agent":
+            found = await proxy.sessions.peek_lost(session_id, caller.name)
+        else:
+            found = await proxy.sessions.peek_lost(session_id, ANY if principal is None else principal)
+        found = [(who, entry) for who, entry in found if entry.commit is not None]
+        if not found:
+            return None
+        if len(found) > 1:
+            raise ApiError(
+                409,
+                "conflict",
+                f"the ledger holds sessions of {len(found)} principals with the id {session_id!r}; "
+                "name one with ?principal=",
+            )
+        ((who, entry),) = found
+        answer = entry_outcome(entry)
+        assert answer is not None
+        return {
+            "id": session_id,
+            "principal": who,
+            "open": False,
+            "state": entry.state,
+            "committed": answer.committed,
+            "upstreams": answer.upstreams,
+            "violations": [v.model_dump(mode="json") for v in answer.violations],
+        }
 
     @router.get("")
     async def list_sessions(caller: _Caller) -> JSONResponse:
@@ -241,27 +291,34 @@ def sessions_router(proxy: GuardProxy) -> APIRouter:
         return JSONResponse({"sessions": visible})
 
     @router.get("/{session_id:path}", responses=_NO_SESSION)
-    async def get_session(session_id: str, caller: _Caller) -> JSONResponse:
-        return JSONResponse(find(session_id, caller).describe())
+    async def get_session(session_id: str, caller: _Caller, principal: str | None = None) -> JSONResponse:
+        """An open session's status; for one no longer open that the session ledger still holds (a
+        commit that did not finish, or writes lost in a restart): ``open: false`` and what it says."""
+        if not visible(session_id, caller, principal):
+            body = await recorded(session_id, caller, principal)
+            if body is not None:
+                return JSONResponse(body)
+        return JSONResponse(find(session_id, caller, principal).describe())
 
     @router.post("/{session_id:path}/commit", responses=_NO_SESSION)
-    async def commit(session_id: str, caller: _Caller) -> JSONResponse:
-        session = find(session_id, caller)
+    async def commit(session_id: str, caller: _Caller, principal: str | None = None) -> JSONResponse:
+        session = find(session_id, caller, principal)
         with telemetry.span("shadowguard.commit", session=session_id, via="api"):
             outcome = await session.commit()
-        return JSONResponse(
-            {
-                "session": session_id,
-                "committed": outcome.committed,
-                "changes": len(outcome.changes),
-                "applied_calls": len(outcome.applied),
-                "violations": [v.model_dump(mode="json") for v in outcome.violations],
-            }
-        )
+        body: dict[str, Any] = {
+            "session": session_id,
+            "committed": outcome.committed,
+            "changes": len(outcome.changes),
+            "applied_calls": len(outcome.applied),
+            "violations": [v.model_dump(mode="json") for v in outcome.violations],
+        }
+        if outcome.upstreams is not None:
+            body["upstreams"] = outcome.upstreams
+        return JSONResponse(body)
 
     @router.post("/{session_id:path}/rollback", responses=_NO_SESSION)
-    async def rollback(session_id: str, caller: _Caller) -> JSONResponse:
-        outcome = await find(session_id, caller).rollback("api")
+    async def rollback(session_id: str, caller: _Caller, principal: str | None = None) -> JSONResponse:
+        outcome = await find(session_id, caller, principal).rollback("api")
         return JSONResponse(
             {
                 "session": session_id,
@@ -292,7 +349,7 @@ class _EndSessionOnDelete:
         if scope["type"] == "http" and scope["path"] == MCP_PATH:
             session_id = Headers(scope=scope).get("mcp-session-id")
             if session_id:
-                self.proxy.sessions.renew(session_id)
+                self.proxy.sessions.renew(session_id, principal_of_scope(scope))
         if scope["type"] != "http" or scope["method"] != "DELETE" or scope["path"] != MCP_PATH:
             await self.app(scope, receive, send)
             return
@@ -305,7 +362,7 @@ class _EndSessionOnDelete:
         status = next((m["status"] for m in held if m["type"] == "http.response.start"), None)
         session_id = Headers(scope=scope).get("mcp-session-id")
         if session_id and status is not None and status < 300:
-            await self.proxy.sessions.end(session_id, "closed")
+            await self.proxy.sessions.end(session_id, "closed", principal=principal_of_scope(scope))
         for message in held:
             await send(message)
 

@@ -51,10 +51,12 @@ from guard.limits import DEFAULT_LIMITS, ArgumentLimits, check_arguments
 from guard.models import CommitOutcome, EffectClass, ErrorHint, ToolCall, ToolOutcome, Verdict, Violation
 from guard.session import RESERVED_PREFIX
 from proxy import telemetry
+from proxy.commits import INCOMPLETE_RULES, entry_outcome
 from proxy.config import ConfigError, ProxyConfig
 from proxy.dropin import commit_description, default_session, rollback_description, upstream_label
 from proxy.held import APPROVAL_META_KEY, HeldCalls
-from proxy.registry import SessionLimitError, SessionOwnerError, SessionRegistry
+from proxy.ledger import LedgerEntry
+from proxy.registry import SessionLimitError, SessionRegistry
 from proxy.relay import Relay, RelayServer
 from proxy.sessions import SESSION_META_KEY, ProxySession, RollbackOutcome, lost_message
 from proxy.stdio import stdio_streams
@@ -83,12 +85,6 @@ Ctx = ServerRequestContext[Any, Any]
 _EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
 
-_UNAVAILABLE = (
-    "the session id {session!r} cannot be used by this caller; choose another (an unguessable id of your "
-    "own, sent in _meta['shadowguard/session'] with every call of the session)"
-)
-
-
 def _invalid(message: str) -> MCPError:
     return MCPError(code=types.INVALID_PARAMS, message=message)
 
@@ -105,9 +101,12 @@ def _unicode(text: str) -> bool:
 def principal_of(ctx: Ctx) -> str | None:
     """The authenticated caller of an HTTP request (set by an auth middleware), else None."""
     request = ctx.request
-    if request is None:
-        return None
-    user = request.scope.get("user")
+    return None if request is None else principal_of_scope(request.scope)
+
+
+def principal_of_scope(scope: Mapping[str, Any]) -> str | None:
+    """The authenticated caller of an HTTP request's ASGI scope, else None."""
+    user = scope.get("user")
     if user is None or not getattr(user, "is_authenticated", False):
         return None
     token = getattr(user, "access_token", None)
@@ -363,6 +362,8 @@ def render_commit(outcome: CommitOutcome, session_id: str | None) -> types.CallT
         "applied_calls": len(outcome.applied),
         "violations": [_violation_json(v) for v in outcome.violations],
     }
+    if outcome.upstreams is not None:
+        structured["upstreams"] = outcome.upstreams
     if outcome.committed:
         parts = []
         if outcome.changes:
@@ -377,6 +378,14 @@ def render_commit(outcome: CommitOutcome, session_id: str | None) -> types.CallT
             "Committed: " + "; ".join(parts) + "."
             if parts
             else "Committed: there were no changes to make durable."
+        )
+    elif any(v.rule_id in INCOMPLETE_RULES for v in outcome.violations):
+        text = "\n".join(
+            [
+                "Commit incomplete: it was not applied on every upstream (see below which upstreams "
+                "applied it, which did not, and which are unknown).",
+                *(_violation_text(v) for v in outcome.violations),
+            ]
         )
     elif any(v.rule_id in _GONE_RULES for v in outcome.violations):
         text = "\n".join(
@@ -704,8 +713,6 @@ class GuardProxy:
             one_call = stamp_extra.get("sessionless") is True
         try:
             session = self.sessions.open(session_id, principal, leased=session_id != self.stdio_session)
-        except SessionOwnerError as exc:
-            raise _invalid(_UNAVAILABLE.format(session=session_id)) from exc
         except SessionLimitError as exc:
             raise MCPError(code=types.INVALID_REQUEST, message=str(exc)) from exc
         in_state, rounds = _approval_in_state(params.request_state)
@@ -721,7 +728,7 @@ class GuardProxy:
         finally:
             if one_call:
                 with anyio.CancelScope(shield=True):
-                    await self.sessions.end(session_id, "read", record_empty=False)
+                    await self.sessions.end(session_id, "read", principal=principal, record_empty=False)
         shown = None if one_call else session_id
         if _asks_input(ctx, result.outcome) and not one_call and rounds < MAX_INPUT_ROUNDS:
             return render_input_required(result.outcome, shown, route.exposed, rounds + 1)
@@ -747,7 +754,7 @@ class GuardProxy:
                     outcome = await session.commit()
                 else:
                     lost = await self.sessions.take_lost(session_id, principal)
-                    outcome = self._commit_without_session(session_id, lost)
+                    outcome = self._commit_without_session(session_id, principal, lost)
                     self.sessions.notify_commit(session_id, outcome)
             return render_commit(outcome, session_id)
         if session is None:
@@ -757,10 +764,17 @@ class GuardProxy:
         rollback = await session.rollback("agent")
         return render_rollback(rollback if pending else None, session_id)
 
-    def _commit_without_session(self, session_id: str, lost: str | None) -> CommitOutcome:
+    def _commit_without_session(
+        self, session_id: str, principal: str | None, entry: LedgerEntry | None
+    ) -> CommitOutcome:
         """Nothing is open under this id: fine, unless the session was rolled back behind the agent
-        (``lost``: the ledger's reason, e.g. the proxy restarted since the session wrote)."""
-        ended = self.sessions.ended(session_id)
+        (``entry``: the ledger's, e.g. the proxy restarted since the session wrote), or a commit of
+        it did not finish (its commit record says what applied)."""
+        recorded = entry_outcome(entry) if entry is not None else None
+        if recorded is not None:
+            return recorded
+        lost = entry.state if entry is not None else None
+        ended = self.sessions.ended(session_id, principal)
         if lost is not None and ended not in ("idle", "closed"):
             return CommitOutcome(
                 committed=False,
@@ -792,10 +806,7 @@ class GuardProxy:
 
     def _existing(self, session_id: str, principal: str | None) -> ProxySession | None:
         """The caller's open session with this id; another principal's is answered as no session at all."""
-        session = self.sessions.get(session_id)
-        if session is not None and session.principal != principal:
-            return None
-        return session
+        return self.sessions.get(session_id, principal)
 
 
 def _version() -> str:
@@ -813,6 +824,7 @@ __all__ = [
     "UpstreamError",
     "approval_of",
     "principal_of",
+    "principal_of_scope",
     "render_commit",
     "render_input_required",
     "render_outcome",

@@ -73,8 +73,9 @@ from guard.models import (
 from guard.retry import RetryPolicy, StoppableClock
 from guard.session import GuardSession, ToolResult
 from guard.txext import RemoteBackend, TransactionError
+from proxy.commits import crash_point, entry_outcome, record_outcome
 from proxy.held import CANCEL_REASONS, HeldCalls
-from proxy.ledger import RESTARTED, LedgerError, SessionLedger
+from proxy.ledger import RESTARTED, CommitRecord, LedgerError, SessionLedger, applied_on, failed_on
 from proxy.upstreams import (
     CALL_TIMEOUT_S,
     Upstream,
@@ -235,6 +236,11 @@ class ProxySession:
         self.closed = False
         self.lost: str | None = None
         """Why earlier changes were lost; reported by (and cleared at) the next commit or rollback."""
+        self.lost_outcome: CommitOutcome | None = None
+        """The answer the next commit gives instead of a plain loss: a commit record's (an earlier
+        commit of this id that did not finish, found in the ledger)."""
+        self.commit_record: dict[str, str] | None = None
+        """Per upstream, what the last commit that did not finish did (for orchestrators)."""
         self.held = held
         """The approval store and settings; None: held calls are only reported (no queue)."""
         self._gates: dict[str, ApprovalGate] = {}
@@ -275,7 +281,33 @@ class ProxySession:
             "calls": self.calls,
             "idle_s": round(self.idle_for(), 3),
             "closed": self.closed,
+            **({"commit": self.commit_record} if self.commit_record is not None else {}),
         }
+
+    async def renew_leases(self) -> None:
+        """Renew the leases of this session's upstream transactions that are due (guard.txext
+        ``renew``): a quiet agent's transactions outlive the participants' leases, a dead proxy's do
+        not. Skipped while a call runs (its own requests renew them)."""
+        if self._lock.locked():
+            return
+        async with self._lock:
+            for leg in list(self._legs.values()):
+                remote = leg.remote
+                if remote is None or not remote.renewal_due():
+                    continue
+                try:
+                    await remote.renew()
+                except (
+                    TransactionError,
+                    MCPError,
+                    anyio.BrokenResourceError,
+                    anyio.ClosedResourceError,
+                ) as exc:
+                    # The transaction is gone on the upstream: the session's next call or commit meets
+                    # it there (no such transaction) and reports the loss.
+                    logger.warning(
+                        "session %s: lease renewal on %r failed: %s", self.id, leg.upstream.name, exc
+                    )
 
     async def _run(self, func: Callable[..., Any], *args: Any) -> Any:
         return await anyio.to_thread.run_sync(func, *args, limiter=self._limiter)
@@ -433,10 +465,16 @@ class ProxySession:
         """On the session's first call: were writes of an earlier life of this id lost (the ledger)?"""
         if self._looked_up or self.ledger is None:
             return
-        reason = self.ledger.take_lost(self.id, self.principal)
+        entry = self.ledger.take(self.id, self.principal)
         self._looked_up = True
-        if reason is not None:
-            self.lost = lost_message(reason)
+        if entry is None:
+            return
+        answer = entry_outcome(entry)
+        if answer is None:
+            self.lost = lost_message(entry.state)
+        elif not answer.committed:
+            self.lost, self.lost_outcome = answer.violations[0].message, answer
+            self.commit_record = answer.upstreams
 
     def _unrecorded(
         self, leg: _Leg, tool: str, arguments: Mapping[str, Any], exc: LedgerError
@@ -633,6 +671,15 @@ class ProxySession:
             since = " The changes made since then are still pending." if legs else ""
             if not legs:
                 self._forget()
+            if self.lost_outcome is not None:
+                told, self.lost_outcome = self.lost_outcome, None
+                return told.model_copy(
+                    update={
+                        "violations": [
+                            v.model_copy(update={"message": v.message + since}) for v in told.violations
+                        ]
+                    }
+                )
             return CommitOutcome(
                 committed=False,
                 violations=[
@@ -659,36 +706,70 @@ class ProxySession:
                 ctx = CheckContext(phase="at_commit", query=guard.backend.query, changes=pending)
                 violations += run_checks(guard.checks, ctx)
         except (BackendError, UpstreamError, MCPError) as exc:
-            return self._commit_failed(exc, committed=[])
+            return self._commit_failed(exc, record=None)
         if violations:
             return CommitOutcome(committed=False, violations=violations, changes=changes)
-        committed: list[str] = []
+        try:
+            record = self._note_committing(legs)
+        except LedgerError as exc:
+            return self._commit_failed(exc, record=None)
         applied: list[ToolCall] = []
         for leg in legs:
             guard = leg.guard
             assert guard is not None
             journaled = _journaled(leg, guard)
+            name = leg.upstream.name
             try:
+                crash_point(f"commit:before:{name}")
                 result = guard.commit()
             except (BackendError, UpstreamError, MCPError) as exc:
-                if _is_gone(exc) or not leg.connection.alive:
+                gone = _is_gone(exc) or not leg.connection.alive
+                if gone:
                     leg.connection.lost = True
-                return self._commit_failed(exc, committed=committed)
+                return self._commit_failed(exc, record=failed_on(record, name, unknown=gone))
             if not result.committed:
                 return self._commit_failed(
-                    BackendError("commit checks changed their verdict"), committed=committed
+                    BackendError("commit checks changed their verdict"), record=failed_on(record, name)
                 )
+            crash_point(f"commit:after:{name}")
             leg.guard = None
             leg.remote = None
-            committed.append(leg.upstream.name)
             applied += journaled
+            record = applied_on(record, name)
+            try:
+                self._note_applied(record)
+            except LedgerError as exc:
+                # The next upstream is not asked: a commit the ledger cannot follow stops here.
+                return self._commit_failed(exc, record=record)
         self._forget()
+        self.commit_record = None
         return CommitOutcome(committed=True, changes=changes, applied=applied)
+
+    def _note_committing(self, legs: list[_Leg]) -> CommitRecord | None:
+        """Before the first upstream commits: the commit's record (the upstreams holding kept writes,
+        in commit order; journaled ones applied their calls already), noted in the ledger if there is
+        one. None: nothing was kept, so no commit can be partial."""
+        kept = [leg for leg in legs if leg.guard is not None and leg.guard.kept]
+        if not kept:
+            return None
+        record = CommitRecord(
+            upstreams=tuple(leg.upstream.name for leg in kept),
+            applied=tuple(leg.upstream.name for leg in kept if not leg.upstream.transactional),
+        )
+        if self.ledger is not None:
+            self.ledger.committing(self.id, self.principal, record)
+            self._recorded = True
+        return record
+
+    def _note_applied(self, record: CommitRecord | None) -> None:
+        """An upstream answered that it committed: noted, unless all did (the row goes next)."""
+        if record is not None and not record.complete and self.ledger is not None:
+            self.ledger.applied(self.id, self.principal, record)
 
     def _forget(self) -> None:
         """The session holds no uncommitted writes the agent does not know the fate of."""
         if self.ledger is not None:
-            self.ledger.forget(self.id)
+            self.ledger.forget(self.id, self.principal)
         self._recorded = False
 
     def _pending_approvals(self) -> CommitOutcome | None:
@@ -727,35 +808,38 @@ class ProxySession:
             ],
         )
 
-    def _commit_failed(self, exc: BaseException, committed: list[str]) -> CommitOutcome:
+    def _commit_failed(self, exc: BaseException, record: CommitRecord | None) -> CommitOutcome:
+        """The commit stopped at an upstream: the rest are rolled back; a commit that applied (or may
+        have applied) somewhere is kept in the ledger as a ``partial_commit`` record and answered
+        with it, upstream by upstream."""
         logger.warning("session %s: commit failed: %s", self.id, exc)
         rollback = self._rollback_sync("commit_failed")
-        if committed:
-            message = (
-                f"The commit failed part-way ({exc}): upstream(s) {', '.join(committed)} committed, "
-                "the others were rolled back."
-            )
-        else:
-            message = f"The commit failed ({exc}); nothing was committed and the session was rolled back."
-        if rollback.not_reversed:
-            message += " Not undone: " + "; ".join(rollback.not_reversed) + "."
-        self.lost = message
+        not_undone = " Not undone: " + "; ".join(rollback.not_reversed) + "." if rollback.not_reversed else ""
+        step = "Start over: the next call opens a new transaction."
+        if record is not None and (record.applied or record.unknown):
+            outcome = record_outcome(record, interrupted=False, failure=str(exc))
+            if self.ledger is not None:
+                try:
+                    self.ledger.partial(self.id, self.principal, record)
+                except LedgerError as ledger_exc:
+                    logger.warning("session %s: %s", self.id, ledger_exc)
+            self.commit_record = outcome.upstreams
+            violation = outcome.violations[0]
+            violation = violation.model_copy(update={"message": violation.message + not_undone})
+            self.lost = violation.message
+            return outcome.model_copy(update={"violations": [violation]})
+        message = f"The commit failed ({exc}); nothing was committed and the session was rolled back."
+        self.lost = message + not_undone
         return CommitOutcome(
             committed=False,
-            violations=[
-                Violation(
-                    rule_id="partial_commit" if committed else "commit_failed",
-                    message=message,
-                    hint="Start over: the next call opens a new transaction.",
-                )
-            ],
+            violations=[Violation(rule_id="commit_failed", message=self.lost, hint=step)],
         )
 
     async def rollback(self, reason: RollbackReason = "agent") -> RollbackOutcome:
         """Discard every leg's open transaction (and any note of lost changes: starting over)."""
         async with self._lock:
             self.last_used = self._clock()
-            self.lost = None
+            self.lost, self.lost_outcome = None, None
             outcome: RollbackOutcome = await self._run(self._rollback_sync, reason)
             await self._release_writers()
             await self._drop_lost_connections()
@@ -827,7 +911,7 @@ class ProxySession:
             if reason in ("agent", "api"):
                 self._forget()
             else:
-                self.ledger.ended(self.id, reason)
+                self.ledger.ended(self.id, self.principal, reason)
                 self._recorded = False
         if rolled_any and (record_empty or not outcome.empty):
             self.observer.rollback(self.id, reason, outcome)

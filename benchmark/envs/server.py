@@ -56,7 +56,7 @@ from benchmark.guarded import backend_for
 from benchmark.tasks import BenchData, Task
 from guard.backend import Backend
 from guard.sql_backend import SqlBackend
-from guard.txext import TransactionParticipant
+from guard.txext import DEFAULT_LEASE_S, TransactionParticipant
 
 logger = logging.getLogger(__name__)
 
@@ -355,6 +355,7 @@ class EnvServer:
         *,
         idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
+        tx_lease_s: float | None = DEFAULT_LEASE_S,
     ) -> None:
         self.domain = domain
         self.data = data
@@ -373,7 +374,14 @@ class EnvServer:
         self.server.add_request_handler(INIT_METHOD, EnvInitParams, self._init)
         self.server.add_request_handler(STATE_HASH_METHOD, EnvSessionParams, self._state_hash)
         self.server.add_request_handler(CLOSE_METHOD, EnvSessionParams, self._close)
-        self.transactions = TransactionParticipant(session_key=self.session_key, access=self._backend_access)
+        # A transaction whose guard stopped renewing it (docs/adr/011) is rolled back and its session's
+        # environment closed: its pooled schema (PostgreSQL) or connection goes back at once.
+        self.transactions = TransactionParticipant(
+            session_key=self.session_key,
+            access=self._backend_access,
+            lease_s=tx_lease_s,
+            on_lapse=self.sessions.close,
+        )
         self.transactions.install(self.server)
 
     # -- session keys

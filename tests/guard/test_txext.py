@@ -349,16 +349,22 @@ items = sa.Table(
 
 
 def minimal_server(
-    participate: bool, features: Collection[str] = FEATURES, seen: list[str] | None = None
+    participate: bool,
+    features: Collection[str] = FEATURES,
+    seen: list[str] | None = None,
+    **participant: Any,
 ) -> tuple[Server[Any], sa.Connection]:
-    """A SQLite ``items`` server; ``features`` are the participant's, ``seen`` collects request methods."""
+    """A SQLite ``items`` server; ``features`` are the participant's, ``seen`` collects request methods,
+    ``participant`` more TransactionParticipant arguments (lease, clock)."""
     engine = sa.create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
     connection = engine.connect()
     metadata.create_all(connection)
     connection.commit()
     backend = SqlBackend(connection, [items])
     access = serialized(backend)
-    tx = TransactionParticipant(session_key=lambda ctx: "main", access=access, features=features)
+    tx = TransactionParticipant(
+        session_key=lambda ctx: "main", access=access, features=features, **participant
+    )
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         schema = {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}}
@@ -550,3 +556,49 @@ async def test_non_participant_is_refused_clearly() -> None:
 
         await anyio.to_thread.run_sync(scenario)
     connection.close()
+
+
+# -- leases ---------------------------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_transaction_whose_lease_lapses_is_rolled_back_and_its_session_freed() -> None:
+    """A guard that stops sending (it died) loses its transaction after the lease: rolled back, and
+    the host told (``on_lapse``) so it can free the session; renewed ones are kept."""
+    clock, lapsed = Clock(), []
+
+    async def on_lapse(key: str) -> None:
+        lapsed.append(key)
+
+    server, connection = minimal_server(participate=True, lease_s=30.0, clock=clock, on_lapse=on_lapse)
+    participant = next(
+        m.__self__
+        for m in server.middleware
+        if isinstance(getattr(m, "__self__", None), TransactionParticipant)
+    )
+    async with Client(server) as client:
+        remote = RemoteBackend(client.session)
+        await anyio.to_thread.run_sync(remote.begin)
+        assert remote.lease_s == 30.0
+        await anyio.to_thread.run_sync(remote.call_tool, "add_item", {"id": 1, "name": "kept"})
+        clock.now += 20
+        await remote.renew()
+        clock.now += 20  # 40 s since the call, 20 since the renewal
+        assert await participant.reap() == [] and lapsed == []
+        clock.now += 11
+        assert await participant.reap() == ["main"] and lapsed == ["main"]
+        assert _names(connection) == [], "the lapsed transaction was rolled back"
+        with pytest.raises(TransactionError) as gone:
+            await anyio.to_thread.run_sync(remote.commit)
+        assert gone.value.code == TX_UNKNOWN and "lease lapsed" in str(gone.value)
+        with pytest.raises(ValueError):
+            TransactionParticipant(
+                session_key=lambda ctx: "main", access=serialized(SqlBackend(connection, [items])), lease_s=0
+            )

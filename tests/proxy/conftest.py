@@ -546,6 +546,7 @@ class Harness:
     marker_env = MARKER_ENV
     max_body_bytes = MAX_BODY_BYTES
     retail_policy = RETAIL_POLICY
+    retail_serve = RETAIL_SERVE
 
 
 @pytest.fixture(scope="session")

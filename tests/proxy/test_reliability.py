@@ -413,7 +413,7 @@ def test_another_principals_session_is_answered_as_an_unknown_id() -> None:
     proxy = GuardProxy([], SessionRegistry())
     proxy.sessions.open("shared-name", "agent-a")
     assert proxy._existing("shared-name", "agent-b") is None
-    assert proxy._existing("shared-name", "agent-a") is proxy.sessions.get("shared-name")
+    assert proxy._existing("shared-name", "agent-a") is proxy.sessions.get("shared-name", "agent-a")
 
 
 # -- stopping ----------------------------------------------------------------------------------------

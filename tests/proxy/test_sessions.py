@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from guard.models import CommitOutcome, ToolOutcome
 from proxy.cli import app
 from proxy.config import UpstreamConfig
-from proxy.registry import SessionOwnerError, SessionRegistry
+from proxy.registry import SessionRegistry
 from proxy.server import GuardProxy, session_identity
 from proxy.sessions import RollbackOutcome
 from proxy.upstreams import Upstream
@@ -148,11 +148,15 @@ def test_session_identity_in_both_eras_and_transports() -> None:
 
 
 def test_a_session_belongs_to_its_principal() -> None:
+    """Sessions are keyed by (principal, id): another principal naming the same id gets a session of
+    its own, neither refused (which would tell it the id is taken) nor let into alice's."""
     sessions = SessionRegistry()
-    sessions.open("s-1", "alice")
-    assert sessions.open("s-1", "alice") is sessions.get("s-1")
-    with pytest.raises(SessionOwnerError):
-        sessions.open("s-1", "mallory")
+    alices = sessions.open("s-1", "alice")
+    assert sessions.open("s-1", "alice") is alices is sessions.get("s-1", "alice")
+    mallorys = sessions.open("s-1", "mallory")
+    assert mallorys is not alices and mallorys.principal == "mallory"
+    assert sessions.get("s-1", "mallory") is mallorys and sessions.get("s-1") is None
+    assert set(sessions.named("s-1")) == {alices, mallorys}
 
 
 def serve(config: Path) -> Any:

@@ -75,9 +75,10 @@ class Proxy:
         headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
         return httpx2.Client(base_url=self.base, headers=headers, timeout=60)
 
-    def write(self, who: str | None, note: str, upstream: str = "notes") -> str:
-        """A fresh guard session (named in ``_meta``) of ``who`` (None: no token) with ``note`` pending."""
-        session = f"s-{uuid.uuid4().hex[:12]}"
+    def write(self, who: str | None, note: str, upstream: str = "notes", session: str | None = None) -> str:
+        """A guard session (named in ``_meta``; a fresh one unless ``session``) of ``who`` (None: no
+        token) with ``note`` pending."""
+        session = session or f"s-{uuid.uuid4().hex[:12]}"
         anyio.run(self._write, who, session, note, upstream)
         return session
 
@@ -101,7 +102,7 @@ class Proxy:
         self, session_id: str, note: str, principal: str | None, upstream: str = "notes"
     ) -> None:
         """The session is still open, its write uncommitted (a refused request changed nothing)."""
-        session = self.proxy.sessions.get(session_id)
+        session = self.proxy.sessions.get(session_id, principal)
         assert session is not None and not session.closed
         assert session.principal == principal
         assert session.in_transaction
@@ -114,7 +115,8 @@ class Proxy:
         with self.http(self.admin) as http:
             for session in http.get("/api/sessions").json()["sessions"]:
                 if session["in_transaction"]:
-                    response = http.post(f"/api/sessions/{session['id']}/rollback")
+                    who = {"principal": session["principal"]} if session["principal"] else {}
+                    response = http.post(f"/api/sessions/{session['id']}/rollback", params=who)
                     assert response.status_code == 200, response.text
         assert not any(s.in_transaction for s in self.proxy.sessions)
 
@@ -314,6 +316,28 @@ def test_an_agent_sees_and_acts_on_its_own_sessions_only(guarded: Proxy) -> None
     assert not guarded.committed(theirs, "other")
 
 
+def test_an_id_taken_first_by_another_agent_does_not_block_its_owner(guarded: Proxy) -> None:
+    """Sessions are keyed by (principal, id): agent-2 opening the id agent-1 will use first neither
+    blocks agent-1 nor learns that agent-1's session exists; an orchestrator names the principal."""
+    squatted, mine, theirs = f"s-{uuid.uuid4().hex[:12]}", new_note(), new_note()
+    guarded.write("agent-2", theirs, "other", session=squatted)
+    guarded.write("agent-1", mine, session=squatted)  # no refusal
+    guarded.assert_pending(squatted, mine, "agent-1")
+    guarded.assert_pending(squatted, theirs, "agent-2", "other")
+    with guarded.http("agent-1") as agent:
+        detail = agent.get(f"/api/sessions/{squatted}").json()
+        assert (detail["principal"], detail["upstreams"]) == ("agent-1", ["notes"])
+        assert agent.post(f"/api/sessions/{squatted}/commit").json()["committed"] is True
+    assert guarded.committed(mine) and not guarded.committed(theirs, "other")
+    with guarded.http("ops") as ops:
+        both = ops.get("/api/sessions").json()["sessions"]
+        assert {s["principal"] for s in both if s["id"] == squatted} == {"agent-1", "agent-2"}
+        assert_error(ops.post(f"/api/sessions/{squatted}/rollback"), 409, "conflict")
+        named = ops.post(f"/api/sessions/{squatted}/rollback", params={"principal": "agent-2"})
+        assert named.status_code == 200 and named.json()["changes"] == 1, named.text
+    assert not guarded.committed(theirs, "other")
+
+
 def test_an_agent_is_not_told_why_a_session_ended(guarded: Proxy) -> None:
     """An ended session's owner is not kept, so its reason is for orchestrators only."""
 
@@ -325,11 +349,11 @@ def test_an_agent_is_not_told_why_a_session_ended(guarded: Proxy) -> None:
             result = await client.call_tool("put_note", {"id": new_note(), "body": "x", "status": "draft"})
             assert result.meta is not None
             session = str(result.meta[OUTCOME_META_KEY]["session"])
-            assert guarded.proxy.sessions.get(session) is not None
+            assert guarded.proxy.sessions.named(session)
         return session  # the client's DELETE /mcp rolled it back and closed it
 
     session = anyio.run(handshake_session)
-    assert guarded.proxy.sessions.get(session) is None
+    assert not guarded.proxy.sessions.named(session)
     with guarded.http("agent-1") as agent:
         assert assert_error(agent.get(f"/api/sessions/{session}"), 404, "not_found") == (
             f"no open session {session!r}"
