@@ -4,7 +4,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint typecheck pytest conformance conformance-pg lift
+.PHONY: setup demo test lint typecheck pytest image-check conformance conformance-pg lift
 
 setup:
 	$(PY) -m venv $(VENV)
@@ -25,9 +25,14 @@ typecheck:
 	$(BIN)/mypy
 
 pytest:
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not slow"
 
-test: lint typecheck pytest
+# The Dockerfile's install steps in a clean virtualenv, then the proxy started as the image starts it
+# (tests/deploy/test_image.py; a few minutes, so not in `make pytest`).
+image-check:
+	$(BIN)/pytest -q -m slow tests/deploy/test_image.py
+
+test: lint typecheck pytest image-check
 
 conformance:
 	$(BIN)/shadowguard bench conformance
