@@ -132,7 +132,9 @@ def env_of(container: dict[str, Any]) -> dict[str, Any]:
 def test_default_values_render_valid_kubernetes_objects() -> None:
     objects = render(values())
     kinds = sorted(o["kind"] for o in objects)
-    assert kinds == ["ConfigMap", "Deployment", "Deployment", "PodDisruptionBudget", "Secret", "Service", "Service"]
+    assert kinds == [
+        *("ConfigMap", "Deployment", "Deployment", "PodDisruptionBudget", "Secret", "Service", "Service")
+    ]
     for obj in objects:
         check_object(obj)
     deployment = by_kind(objects, "Deployment", "demo-shadowguard")
@@ -152,7 +154,9 @@ def test_default_values_render_valid_kubernetes_objects() -> None:
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
 
 
-def test_rendered_config_and_secret_load_in_the_proxy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rendered_config_and_secret_load_in_the_proxy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The ConfigMap's file plus the Secret's token sets, as the pod gets them, pass the proxy's own
     config validation (proxy/config.py), tokens landing in the right sets."""
     reviewers = [{"name": "rev", "role": "approver", "token_sha256": REVIEWER_TOKEN}]

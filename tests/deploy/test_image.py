@@ -97,7 +97,8 @@ def _build_context(dest: Path) -> Path:
 def test_image_install_steps_in_a_clean_venv(tmp_path: Path) -> None:
     src = _build_context(tmp_path / "src")
     venv = tmp_path / "opt-shadowguard"
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON", "SHADOWGUARD_"))}
+    ours = ("VIRTUAL_ENV", "PYTHON", "SHADOWGUARD_")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(ours)}
     clean["PATH"] = os.pathsep.join(p for p in clean.get("PATH", "").split(os.pathsep) if ".venv" not in p)
     subprocess.run(
         ["sh", "docker/install.sh", str(venv), str(src)], cwd=src, env=clean, check=True, timeout=900
