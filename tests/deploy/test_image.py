@@ -2,7 +2,7 @@
 checked by doing what the build stage does: the files it COPYs put in a clean folder, its install
 script (docker/install.sh) run into a new virtualenv, and the result started as the image starts it
 (its environment, its command, its HEALTHCHECK). The install takes a minute or two: ``slow`` marker,
-run by ``make image-check`` (not by the default ``make pytest``)."""
+run by ``make slow-check`` (not by the default ``make pytest``)."""
 
 from __future__ import annotations
 
