@@ -51,6 +51,7 @@ from proxy.health import health_router
 from proxy.held import HeldCalls, check_reviewers
 from proxy.ledger import SessionLedger
 from proxy.registry import SessionRegistry
+from proxy.replicas import replica_router
 from proxy.server import GuardProxy
 from proxy.sessions import ProxySession, RollbackOutcome
 
@@ -347,6 +348,9 @@ def create_app(
                     raise RuntimeError("create_app(lifespan_runs_proxy=True) needs the recorder")
                 await stack.enter_async_context(serving(proxy, recorder, config))
             await stack.enter_async_context(proxy.server.session_manager.run())
+            if replica_front is not None:
+                await stack.enter_async_context(replica_front.directory.running())
+                stack.push_async_callback(replica_front.aclose)
             yield
 
     app = FastAPI(
@@ -363,6 +367,8 @@ def create_app(
     for router in routers:
         app.include_router(router)
     mcp: ASGIApp = _EndSessionOnDelete(mcp_app, proxy)
+    replica_front = replica_router(mcp, config)
+    mcp = replica_front if replica_front is not None else mcp
     if config.auth.agents:
         mcp = AgentAuth(mcp, config.auth, path=MCP_PATH)
     app.router.routes.append(Route(MCP_PATH, mcp))

@@ -147,6 +147,10 @@ def test_default_values_render_valid_kubernetes_objects() -> None:
     assert proxy["securityContext"]["runAsNonRoot"] is True
     env = env_of(proxy)
     assert env["SHADOWGUARD_APPROVALS__STORE"] == "redis://demo-shadowguard-redis:6379/0"
+    assert env["SHADOWGUARD_REPLICAS__REDIS"] == "redis://demo-shadowguard-redis:6379/0"
+    assert env["SHADOWGUARD_REPLICAS__URL"] == "http://$(POD_IP):8790"
+    names = [e["name"] for e in proxy["env"]]
+    assert names.index("POD_IP") < names.index("SHADOWGUARD_REPLICAS__URL")  # k8s expands earlier vars only
     for key in ("agents", "reviewers", "orchestrators"):
         ref = env[f"SHADOWGUARD_AUTH__{key.upper()}"]["secretKeyRef"]
         assert ref == {"name": "demo-shadowguard-tokens", "key": key}
@@ -183,6 +187,7 @@ def test_sidecar_puts_the_proxy_beside_the_app() -> None:
     assert [c["name"] for c in containers] == ["agent-app", "shadowguard"]
     assert env_of(containers[0]) == {"SHADOWGUARD_URL": "http://127.0.0.1:8790/mcp", "X": "1"}
     assert "SHADOWGUARD_APPROVALS__STORE" not in env_of(containers[1])
+    assert "SHADOWGUARD_REPLICAS__REDIS" not in env_of(containers[1])
     ports = {p["name"] for p in by_kind(objects, "Service")["spec"]["ports"]}
     assert ports == {"http", "app"}
 

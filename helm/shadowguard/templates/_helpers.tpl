@@ -68,6 +68,10 @@ redis://{{ include "shadowguard.fullname" . }}-redis:6379/0
     {{- if include "shadowguard.redisUrl" . }}
     - name: SHADOWGUARD_APPROVALS__STORE
       value: {{ include "shadowguard.redisUrl" . | quote }}
+    - name: SHADOWGUARD_REPLICAS__REDIS
+      value: {{ include "shadowguard.redisUrl" . | quote }}
+    - name: SHADOWGUARD_REPLICAS__URL
+      value: "http://$(POD_IP):{{ .Values.port }}"
     {{- end }}
   livenessProbe:
     httpGet:
