@@ -51,15 +51,18 @@ def portable(config: CampaignConfig) -> tuple[CampaignConfig, dict[str, str]]:
     """``config`` with every path absolute (Ray workers do not share the driver's working directory),
     and the environment variables a worker needs to find the data bundle."""
     bench = resolve_data(config.data)
-    absolute = {
-        "data": str(bench.tasks_root),
-        "policy_dir": str(Path(config.policy_dir).resolve()),
-    }
-    if config.trajectories is not None:
-        absolute["trajectories"] = str(Path(config.trajectories).resolve())
-    if config.profile is not None and Path(config.profile).is_file():
-        absolute["profile"] = str(Path(config.profile).resolve())
-    return dataclasses.replace(config, **absolute), {BUNDLE_ENV_VAR: str(bench.bundle)}
+
+    def absolute(path: str | None) -> str | None:
+        return str(Path(path).resolve()) if path is not None and Path(path).exists() else path
+
+    shipped = dataclasses.replace(
+        config,
+        data=str(bench.tasks_root),
+        policy_dir=str(Path(config.policy_dir).resolve()),
+        trajectories=absolute(config.trajectories),
+        profile=absolute(config.profile),
+    )
+    return shipped, {BUNDLE_ENV_VAR: str(bench.bundle)}
 
 
 def _ray() -> Any:
