@@ -8,6 +8,8 @@ own the session and are forwarded.
 * ``kill -9`` of one replica mid-run: its sessions are reported lost and their writes are not in the
   database (rolled back with the replica's upstream connections, never partly committed), while the
   other replica keeps serving its own sessions and new ones.
+
+Both run in ``make slow-check`` (part of ``make test``), not in ``make pytest``.
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ import pytest
 import redis
 from mcp import Client, MCPError
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # minutes on a loaded machine: `make slow-check`
 REDIS_URL = os.environ.get("SHADOWGUARD_TEST_REDIS", "redis://127.0.0.1:6379/0")
 SESSIONS = 100
 HEARTBEAT_S = 2.0
+RETRIES = 20
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +48,8 @@ def _free_port() -> int:
 def replicas(tmp_path: Path, harness: Any) -> Iterator[dict[str, Any]]:
     """Replicas a and b (started one after the other: the first creates the shared database)."""
     try:
-        redis.Redis.from_url(REDIS_URL).ping()
+        with redis.Redis.from_url(REDIS_URL) as probe:
+            probe.ping()
     except redis.RedisError as exc:
         pytest.fail(f"Redis at {REDIS_URL} is needed: {exc}")
     db = tmp_path / "notes.sqlite"
@@ -58,7 +62,7 @@ def replicas(tmp_path: Path, harness: Any) -> Iterator[dict[str, Any]]:
                 tmp_path / f"{name}.yaml",
                 [upstream],
                 http={"host": "127.0.0.1", "port": port},
-                sessions={"store": f"sqlite:///{tmp_path / name}-sessions.db", "lease_s": 120},
+                sessions={"store": f"sqlite:///{tmp_path / name}-sessions.db", "lease_s": 900},
                 approvals={"store": f"sqlite:///{tmp_path / name}-approvals.db"},
                 replicas={"redis": REDIS_URL, "url": f"http://127.0.0.1:{port}", "heartbeat_s": HEARTBEAT_S},
             )
@@ -70,6 +74,15 @@ def replicas(tmp_path: Path, harness: Any) -> Iterator[dict[str, Any]]:
                 started[name].stop()
 
 
+def _retryable(outcome: Any) -> bool:
+    """Whether the guard's outcome says the failure is retryable (``retryable: true`` in it)."""
+    if isinstance(outcome, dict):
+        return outcome.get("retryable") is True or any(_retryable(v) for v in outcome.values())
+    if isinstance(outcome, list):
+        return any(_retryable(v) for v in outcome)
+    return False
+
+
 class RoundRobin:
     """One MCP client per replica; each call goes to the next replica in turn."""
 
@@ -78,10 +91,17 @@ class RoundRobin:
         self.turn = 0
 
     async def call(self, session: str, tool: str, arguments: dict[str, Any]) -> Any:
-        client = self.clients[self.turn % len(self.clients)]
-        self.turn += 1
-        result = await client.call_tool(tool, arguments, meta={"shadowguard/session": session})
-        text = "\n".join(getattr(p, "text", "") for p in result.content)
+        """The call's text; a retryable failure (both upstreams write one SQLite file, so a write may
+        find it locked past the guard's own retries: nothing of it was kept) is sent again, as an
+        agent is told to."""
+        for _ in range(RETRIES):
+            client = self.clients[self.turn % len(self.clients)]
+            self.turn += 1
+            result = await client.call_tool(tool, arguments, meta={"shadowguard/session": session})
+            text = "\n".join(getattr(p, "text", "") for p in result.content)
+            if not (result.is_error and _retryable((result.meta or {}).get("shadowguard/outcome"))):
+                break
+            await anyio.sleep(0.5)
         assert not result.is_error, f"{session} {tool}: {text}"
         return text
 
@@ -120,8 +140,8 @@ async def test_hundred_sessions_across_two_replicas_all_or_nothing(
     for i, session in sorted(done.items()):
         present = [f"{session}-{p}" in rows for p in ("a", "b")]
         assert present == [i % 4 != 3] * 2, f"session {i}: {present}"
-    owners = redis.Redis.from_url(REDIS_URL, decode_responses=True)
-    owned = {owners.get(f"shadowguard:session-owner:meta:{s}") for s in done.values()}
+    with redis.Redis.from_url(REDIS_URL, decode_responses=True) as owners:
+        owned = {owners.get(f"shadowguard:session-owner:meta:{s}") for s in done.values()}
     assert len(owned) == 2, f"sessions owned by {owned}: both replicas should own some"
 
 
