@@ -19,8 +19,6 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("ray")
-
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = "sandbox_neobank*_00[12]"  # 10 tasks of one domain
 SHADOWGUARD = [str(Path(sys.executable).with_name("shadowguard"))]
