@@ -14,6 +14,7 @@ Both run in ``make slow-check`` (part of ``make test``), not in ``make pytest``.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import uuid
@@ -106,14 +107,23 @@ class RoundRobin:
         return text
 
 
-async def _session(rr: RoundRobin, i: int, commit: bool) -> str:
+async def _session(rr: RoundRobin, i: int, commit: bool, committing: set[str] | None = None) -> str:
+    """Write two notes, read them back, then commit or roll back. With ``committing`` (the sessions
+    whose commit was already sent), also list the notes before deciding: a note of another session
+    must never show unless that session is committing (no uncommitted or rolled-back write is seen)."""
     session = f"replica-test-{uuid.uuid4().hex[:8]}-{i}"
     for part in ("a", "b"):
-        await rr.call(
-            session, "put_note", {"id": f"{session}-{part}", "body": f"{i} {part}", "status": "draft"}
-        )
+        note = {"id": f"{session}-{part}", "body": f"{i} {part}", "status": "draft"}
+        await rr.call(session, "put_note", note)
     for part in ("a", "b"):
         assert f"{i} {part}" in await rr.call(session, "get_note", {"id": f"{session}-{part}"})
+    if committing is not None:
+        listed = json.loads(await rr.call(session, "list_notes", {}))
+        seen = {n["id"].rsplit("-", 1)[0] for n in listed if n["id"].startswith("replica-test-")}
+        others = seen - {session}
+        assert others <= committing, f"{session} sees writes of {sorted(others - committing)}"
+        if commit:
+            committing.add(session)
     await rr.call(session, "commit" if commit else "rollback", {})
     return session
 
@@ -122,6 +132,7 @@ async def test_hundred_sessions_across_two_replicas_all_or_nothing(
     replicas: dict[str, Any], harness: Any
 ) -> None:
     done: dict[int, str] = {}
+    committing: set[str] = set()
 
     async def worker(indices: list[int]) -> None:
         async with (
@@ -130,7 +141,7 @@ async def test_hundred_sessions_across_two_replicas_all_or_nothing(
         ):
             rr = RoundRobin([ca, cb] if indices[0] % 2 else [cb, ca])
             for i in indices:
-                done[i] = await _session(rr, i, commit=i % 4 != 3)
+                done[i] = await _session(rr, i, commit=i % 4 != 3, committing=committing)
 
     with anyio.fail_after(600):
         async with anyio.create_task_group() as tg:
