@@ -4,7 +4,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint typecheck pytest conformance conformance-pg lift
+.PHONY: setup demo test lint typecheck pytest slow-check conformance conformance-pg lift
 
 setup:
 	$(PY) -m venv $(VENV)
@@ -25,9 +25,16 @@ typecheck:
 	$(BIN)/mypy
 
 pytest:
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not slow"
 
-test: lint typecheck pytest
+# The tests marked slow (minutes, so not in `make pytest`): the Dockerfile's install steps in a clean
+# virtualenv then the proxy started as the image starts it (tests/deploy/test_image.py), and campaigns
+# on a local Ray head equal to the in-process engine's (tests/benchmark/test_ray_engine.py), two proxy
+# replicas sharing Redis (tests/proxy/test_replicas.py).
+slow-check:
+	$(BIN)/pytest -q -m slow
+
+test: lint typecheck pytest slow-check
 
 conformance:
 	$(BIN)/shadowguard bench conformance

@@ -52,6 +52,7 @@ from proxy.health import health_router
 from proxy.held import HeldCalls, check_reviewers
 from proxy.ledger import SessionLedger
 from proxy.registry import ANY, SessionRegistry
+from proxy.replicas import replica_router
 from proxy.server import GuardProxy, principal_of_scope
 from proxy.sessions import ProxySession, RollbackOutcome
 
@@ -404,6 +405,9 @@ def create_app(
                     raise RuntimeError("create_app(lifespan_runs_proxy=True) needs the recorder")
                 await stack.enter_async_context(serving(proxy, recorder, config))
             await stack.enter_async_context(proxy.server.session_manager.run())
+            if replica_front is not None:
+                await stack.enter_async_context(replica_front.directory.running())
+                stack.push_async_callback(replica_front.aclose)
             yield
 
     app = FastAPI(
@@ -420,6 +424,8 @@ def create_app(
     for router in routers:
         app.include_router(router)
     mcp: ASGIApp = _EndSessionOnDelete(mcp_app, proxy)
+    replica_front = replica_router(mcp, config)
+    mcp = replica_front if replica_front is not None else mcp
     if config.auth.agents:
         mcp = AgentAuth(mcp, config.auth, path=MCP_PATH)
     app.router.routes.append(Route(MCP_PATH, mcp))

@@ -304,6 +304,23 @@ class WebhookConfig(_Section):
     max_attempts: int = Field(default=3, ge=1, le=10)
 
 
+class ReplicasConfig(_Section):
+    """Several replicas behind one address (proxy/replicas.py, docs/deploy.md)."""
+
+    redis: str | None = Field(default=None, pattern=r"^rediss?://\S+$")
+    """Where replicas record that they are alive and which sessions each owns; None: one replica."""
+    url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    """This replica's base URL as the other replicas reach it (``http://10.0.0.7:8790``)."""
+    heartbeat_s: float = Field(default=10.0, gt=0)
+    """A replica not heard from for this long is dead: its sessions are reported lost (rolled back)."""
+
+    @model_validator(mode="after")
+    def _url_with_redis(self) -> Self:
+        if self.redis is not None and self.url is None:
+            raise ValueError("'redis' needs 'url': the address other replicas forward this one's sessions to")
+        return self
+
+
 class ProxyConfig(BaseSettings):
     """Everything ``shadowguard serve`` needs. Build it with :meth:`load`."""
 
@@ -324,6 +341,7 @@ class ProxyConfig(BaseSettings):
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     webhook: WebhookConfig = Field(default_factory=WebhookConfig)
+    replicas: ReplicasConfig = Field(default_factory=ReplicasConfig)
 
     @classmethod
     def settings_customise_sources(

@@ -12,7 +12,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -36,6 +36,7 @@ from rich.text import Text
 from benchmark.campaign.agents import AGENTS
 from benchmark.campaign.arms import ARMS, ArmError, parse_arms
 from benchmark.campaign.profiles import FeedbackSpecError, ProfileError, load_profile, parse_feedback
+from benchmark.campaign.ray_engine import RayEngineError, run_units_ray
 from benchmark.campaign.results import ResultsError, iter_results
 from benchmark.campaign.runner import (
     RUBRICS_NOT_JUDGED,
@@ -213,6 +214,19 @@ def _peak_rss() -> dict[str, float]:
     return {"main": round(own, 1), "largest_worker": round(children, 1)}
 
 
+def _engine(
+    engine: str,
+    address: str | None,
+    config: CampaignConfig,
+    jobs: Sequence[tuple[UnitKey, tuple[str, ...]]],
+    workers: int,
+    probe: Worker,
+) -> Iterator[list[AttemptSummary]]:
+    if engine == "ray":
+        return run_units_ray(config, jobs, address=address, cpus=workers)
+    return run_units(config, jobs, workers, worker=probe if workers == 1 else None)
+
+
 def register(app: typer.Typer) -> None:
     """Add ``run`` to ``app`` (the ``bench`` group)."""
 
@@ -228,7 +242,23 @@ def register(app: typer.Typer) -> None:
         tasks: Annotated[
             str | None, typer.Option("--tasks", help="A glob over task uids, or a file of uids (one a line).")
         ] = None,
-        workers: Annotated[int, typer.Option("--workers", min=1, help="Worker processes.")] = 1,
+        workers: Annotated[
+            int,
+            typer.Option("--workers", min=1, help="Worker processes (--engine ray: a local cluster's CPUs)."),
+        ] = 1,
+        engine: Annotated[
+            str,
+            typer.Option(
+                "--engine",
+                help="in-process: worker processes on this machine; ray: Ray tasks (docs/deploy.md).",
+            ),
+        ] = "in-process",
+        address: Annotated[
+            str | None,
+            typer.Option(
+                "--address", help="--engine ray: the cluster's head (host:port, or auto); none: a local one."
+            ),
+        ] = None,
         seed: Annotated[int, typer.Option("--seed", help="Seed of the faults and retries.")] = 0,
         faults: Annotated[
             str | None,
@@ -308,6 +338,10 @@ def register(app: typer.Typer) -> None:
                 load_profile(profile, fitted=True).with_feedback(**dict(changes))
         except (ProfileError, ValueError) as exc:
             raise fail(f"--{'feedback' if isinstance(exc, FeedbackSpecError) else 'profile'}: {exc}") from exc
+        if engine not in ("in-process", "ray"):
+            raise fail(f"--engine: unknown engine {engine!r}; known: in-process, ray")
+        if address is not None and engine != "ray":
+            raise fail("--address goes with --engine ray")
         if reviewer not in REVIEWERS:
             raise fail(f"--reviewer: unknown policy {reviewer!r}; known: {', '.join(REVIEWERS)}")
         unknown = [d for d in domain or [] if d not in DOMAINS]
@@ -402,7 +436,7 @@ def register(app: typer.Typer) -> None:
         ):
             bar = progress.add_task("attempts", total=total, rate="")
             try:
-                for rows in run_units(config, jobs, workers, worker=probe if workers == 1 else None):
+                for rows in _engine(engine, address, config, jobs, workers, probe):
                     for summary in rows:
                         ran += 1
                         sink.write(summary.line + "\n")
@@ -411,10 +445,15 @@ def register(app: typer.Typer) -> None:
                     progress.update(bar, advance=len(rows), rate="pass@1 " + tally.brief())
             except KeyboardInterrupt:
                 interrupted = True
+            except RayEngineError as exc:
+                probe.close()
+                raise fail(str(exc)) from exc
         duration = time.perf_counter() - started
         meta_path = out.with_name(out.stem + "_run_metadata.yaml")
         meta = _run_metadata(config, probe, workers, started_at, duration, tally)
         meta["interrupted"] = interrupted
+        cluster = address or "local, started for the run"
+        meta["engine"] = engine if engine != "ray" else f"ray (cluster: {cluster})"
         meta_path.write_text(yaml.safe_dump(meta, sort_keys=False, allow_unicode=True), encoding="utf-8")
         probe.close()
         done_n = ran
