@@ -16,6 +16,8 @@ parameters.
 from __future__ import annotations
 
 import fnmatch
+import resource
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +79,7 @@ def _stem(kind: str, value: float) -> str:
 
 
 def _run_one(config: CampaignConfig, workers: int, out: Path, console: Console, glob: str | None) -> Tally:
+    started, cpu = time.perf_counter(), _cpu_seconds()
     probe = Worker(config)
     try:
         chosen = tuple(probe.tasks)
@@ -105,13 +108,28 @@ def _run_one(config: CampaignConfig, workers: int, out: Path, console: Console, 
             else None,
             "setup_config": {k: v for k, v in config.__dict__.items() if k != "task_ids"},
             "tasks": len(config.task_ids),
+            "attempts": total,
+            "run_duration (sec)": round(time.perf_counter() - started, 1),
+            "cpu (sec)": round(_cpu_seconds() - cpu, 1),
+            "workers": workers,
         }
+        console.print(
+            f"  {out.name}: {total} attempts in {meta['run_duration (sec)']} s "
+            f"({meta['cpu (sec)']} s CPU, {workers} worker(s))",
+            highlight=False,
+        )
         out.with_name(out.stem + "_run_metadata.yaml").write_text(
             yaml.safe_dump(meta, sort_keys=False, allow_unicode=True), encoding="utf-8"
         )
     finally:
         probe.close()
     return tally
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and its finished worker processes."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def _figures(arm: ArmStats) -> dict[str, Any]:
