@@ -285,6 +285,7 @@ class SimulatedAgent:
             "fallback": plan.fallback,
             "reactions": state.reactions,
             "feedback": self.profile.feedback.model_dump(),
+            "environment_share": self.profile.failure_mix.environment_share,
         }
         self._playing = {id(state.transcript): state}
         return state.transcript
