@@ -146,8 +146,8 @@ class Change:
     high: float
     tasks: int
 
-    def text(self) -> str:
-        return f"{self.pp:+.2f} pp [{self.low:+.2f}, {self.high:+.2f}]"
+    def text(self, unit: str = " pp") -> str:
+        return f"{self.pp:+.2f}{unit} [{self.low:+.2f}, {self.high:+.2f}]"
 
     @property
     def within_noise_of_zero_or_below(self) -> bool:
@@ -260,7 +260,7 @@ def _per_arm(
                 stats.label,
                 f"{value:g}",
                 f"{f['pass1']:.2f}",
-                "—" if change is None else change.text().removesuffix(" pp").replace(" pp [", " ["),
+                "—" if change is None else change.text(""),
                 f"{f['pass1'] - base:+.2f}",
                 _fmt(f["pass20"], ".2f"),
                 _fmt(f["observed"], "d"),
@@ -313,7 +313,7 @@ def _deaf_section(
         label = next(a.label for a in agg.arms if a.arm == arm)
         verdict = "yes" if change.within_noise_of_zero_or_below else "no"
         lines.append(
-            f"| {label} | {'yes' if ARMS[arm].has('retries') else 'no'} | {change.text().removesuffix(' pp')}"
+            f"| {label} | {'yes' if ARMS[arm].has('retries') else 'no'} | {change.text('')}"
             f" | {verdict} | {_fmt(dw, '+.2f')} |"
         )
     return [*lines, ""]
