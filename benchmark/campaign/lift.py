@@ -229,7 +229,12 @@ def _summary(
     ]
     lines += _deaf_section(profile, spec, results, changes, arms, title)
     lines += _per_arm(spec, results, changes, arms, title)
-    _curves(results, arms, spec, title).savefig(out / "curves.png")
+    stated = (
+        f"{title}\nfixed: {' '.join(f'{k}={v:g}' for k, v in fixed.items())}; "
+        f"environment_share={profile.failure_mix.environment_share:g}; seed {spec.seed}, "
+        f"{spec.repeat} repeats, reviewer {spec.reviewer}"
+    )
+    _curves(results, arms, spec, stated).savefig(out / "curves.png")
     (out / "summary.md").write_text("\n".join(lines), encoding="utf-8")
     return "\n".join(lines)
 
