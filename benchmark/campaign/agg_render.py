@@ -4,6 +4,7 @@ computes a figure, it only formats one."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from rich.console import Group
@@ -13,7 +14,7 @@ from rich.text import Text
 from benchmark.campaign.agg_types import Aggregate, Interval, KValue, Stats
 from benchmark.campaign.tables import Section, ci, pct, pp, usd
 
-__all__ = ["render_markdown", "render_table", "summary_line", "to_json"]
+__all__ = ["render_markdown", "render_table", "simulated_text", "summary_line", "to_json"]
 
 
 def _ci(i: Interval) -> str:
@@ -172,7 +173,15 @@ def _sections(agg: Aggregate) -> list[Section]:
                 ],
             )
         )
+    if agg.simulated:
+        tag = f" — simulated: {simulated_text(agg)}"
+        sections = [dataclasses.replace(x, title=x.title + tag) for x in sections]
     return sections
+
+
+def simulated_text(agg: Aggregate) -> str:
+    """The simulated parameters the rows state, joined (``""`` when no row is simulated)."""
+    return " | ".join(agg.simulated)
 
 
 def _passk_rows(agg: Aggregate) -> list[list[str]]:
@@ -221,6 +230,8 @@ def _signature_section(agg: Aggregate) -> Section:
 def render_markdown(agg: Aggregate) -> str:
     """The tables as GitHub Markdown (``##`` headings), then the notes; ends with a newline."""
     out = [f"{agg.rows} rows, {len(agg.arms)} arms.", ""]
+    if agg.simulated:
+        out += [f"**Simulated**, not measured; parameters: {simulated_text(agg)}.", ""]
     for section in _sections(agg):
         out += section.markdown()
     if agg.notes:
@@ -230,7 +241,10 @@ def render_markdown(agg: Aggregate) -> str:
 
 def render_table(agg: Aggregate) -> Group:
     """The tables as rich renderables (print with a wide ``Console``), then the notes."""
-    parts: list[Table | Text] = [section.rich() for section in _sections(agg)]
+    parts: list[Table | Text] = []
+    if agg.simulated:
+        parts.append(Text(f"simulated, not measured; parameters: {simulated_text(agg)}"))
+    parts += [section.rich() for section in _sections(agg)]
     parts += [Text(f"note: {note}") for note in agg.notes]
     return Group(*parts)
 
@@ -246,4 +260,5 @@ def summary_line(agg: Aggregate) -> str:
     for a in agg.arms:
         tags = a.label[len(a.name) :]
         parts.append(f"{a.name}={pct(a.overall.pass1)}{tags}")
-    return f"agg: rows {agg.rows} arms {len(agg.arms)} pass@1 " + " ".join(parts)
+    line = f"agg: rows {agg.rows} arms {len(agg.arms)} pass@1 " + " ".join(parts)
+    return line + (f" (simulated: {simulated_text(agg)})" if agg.simulated else "")

@@ -4,7 +4,7 @@ long form is docs/lift.md."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 __all__ = [
     "Aggregate",
@@ -156,3 +156,5 @@ class Aggregate(BaseModel):
     arms: list[ArmStats]
     lift: list[LiftRow]
     notes: list[str]
+    simulated: list[str] = Field(default_factory=list)
+    """The distinct simulated-agent parameters the rows state (``profile: feedback k=v ...``)."""

@@ -376,7 +376,16 @@ def aggregate(rows: Iterable[DecodeResult], prices: PriceTable | None = None) ->
     lift = _lift(groups, arms)
     if not any(a.arm == "off" for a in arms):
         notes.append("no `off` arm: lift is not computed.")
-    return Aggregate(rows=len(prepared), priced=priced, arms=arms, lift=lift, notes=notes)
+    parameters = list(
+        dict.fromkeys(
+            r.facts.simulated.parameters() for r in prepared if r.facts is not None and r.facts.simulated
+        )
+    )
+    if any(a.simulated for a in arms) and not parameters:
+        notes.append("simulated rows that state no parameters (no `metadata.simulated`).")
+    return Aggregate(
+        rows=len(prepared), priced=priced, arms=arms, lift=lift, notes=notes, simulated=parameters
+    )
 
 
 def _pair_keys(rows: Sequence[_Row]) -> set[tuple[str, int]]:

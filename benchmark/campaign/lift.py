@@ -16,10 +16,15 @@ parameters.
 from __future__ import annotations
 
 import fnmatch
+import math
+import resource
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -27,11 +32,11 @@ from rich.console import Console
 
 from benchmark.campaign.agg_types import Aggregate, ArmStats
 from benchmark.campaign.aggregate import aggregate
-from benchmark.campaign.arms import parse_arms
+from benchmark.campaign.arms import ARMS, parse_arms
 from benchmark.campaign.prices import PriceTable, TokenPrice
 from benchmark.campaign.profiles import GUARD_FEEDBACK, FeedbackSpecError, Profile, parse_feedback
 from benchmark.campaign.report import write_report
-from benchmark.campaign.results import read_campaign_results
+from benchmark.campaign.results import DecodeResult, passed, read_campaign_results
 from benchmark.campaign.runner import CampaignConfig, Tally, Worker, run_units
 from benchmark.campaign.simulated import PRICE_PER_MTOK, SimulatedAgent
 
@@ -77,6 +82,7 @@ def _stem(kind: str, value: float) -> str:
 
 
 def _run_one(config: CampaignConfig, workers: int, out: Path, console: Console, glob: str | None) -> Tally:
+    started, cpu = time.perf_counter(), _cpu_seconds()
     probe = Worker(config)
     try:
         chosen = tuple(probe.tasks)
@@ -105,13 +111,67 @@ def _run_one(config: CampaignConfig, workers: int, out: Path, console: Console, 
             else None,
             "setup_config": {k: v for k, v in config.__dict__.items() if k != "task_ids"},
             "tasks": len(config.task_ids),
+            "attempts": total,
+            "run_duration (sec)": round(time.perf_counter() - started, 1),
+            "cpu (sec)": round(_cpu_seconds() - cpu, 1),
+            "workers": workers,
         }
+        console.print(
+            f"  {out.name}: {total} attempts in {meta['run_duration (sec)']} s "
+            f"({meta['cpu (sec)']} s CPU, {workers} worker(s))",
+            highlight=False,
+        )
         out.with_name(out.stem + "_run_metadata.yaml").write_text(
             yaml.safe_dump(meta, sort_keys=False, allow_unicode=True), encoding="utf-8"
         )
     finally:
         probe.close()
     return tally
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and its finished worker processes."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@dataclass(frozen=True)
+class Change:
+    """An arm's change in pass@1 against ``off`` (percentage points), paired on (task, repetition), with
+    a 95% interval clustered by task: a task's repetitions share its propensity, so they are not
+    independent draws; the task means are."""
+
+    pp: float
+    low: float
+    high: float
+    tasks: int
+
+    def text(self, unit: str = " pp") -> str:
+        return f"{self.pp:+.2f}{unit} [{self.low:+.2f}, {self.high:+.2f}]"
+
+    @property
+    def within_noise_of_zero_or_below(self) -> bool:
+        return self.low <= 0
+
+
+def paired_change(rows: Sequence[DecodeResult], arm: str) -> Change | None:
+    """``arm``'s :class:`Change` in ``rows`` (None without pairs, or with one task only)."""
+    seen: dict[tuple[str, int, str], int] = {}
+    for row in rows:
+        name = row.metadata.get("arm")
+        if name in (arm, "off") and not row.is_system_error:
+            seen[(row.uid, int(row.metadata["repetition"]), str(name))] = int(passed(row))
+    per_task: dict[str, list[int]] = {}
+    for (uid, rep, name), ok in seen.items():
+        if name == arm and (uid, rep, "off") in seen:
+            per_task.setdefault(uid, []).append(ok - seen[(uid, rep, "off")])
+    if len(per_task) < 2:
+        return None
+    means = np.array([np.mean(v) for v in per_task.values()])
+    pairs = sum(len(v) for v in per_task.values())
+    mean = sum(sum(v) for v in per_task.values()) / pairs
+    half = 1.96 * float(means.std(ddof=1)) / math.sqrt(len(means))
+    return Change(100 * mean, 100 * (mean - half), 100 * (mean + half), len(means))
 
 
 def _figures(arm: ArmStats) -> dict[str, Any]:
@@ -137,7 +197,12 @@ def _fmt(value: Any, pattern: str) -> str:
 
 
 def _summary(
-    profile: Profile, spec: LiftSpec, results: dict[float, Aggregate], arms: list[str], out: Path
+    profile: Profile,
+    spec: LiftSpec,
+    results: dict[float, Aggregate],
+    changes: dict[float, dict[str, Change | None]],
+    arms: list[str],
+    out: Path,
 ) -> str:
     fixed = {k: v for k, v in profile.feedback.model_dump().items() if k not in _swept(spec.kind)}
     title = (
@@ -156,28 +221,52 @@ def _summary(
         f"- campaign: seed {spec.seed}, {spec.repeat} repeats, arms {spec.arms}, reviewer {spec.reviewer}, "
         f"domains {', '.join(spec.domains) or 'all'}" + (f", tasks {spec.tasks}" if spec.tasks else ""),
         "- cost: simulated usage at the published campaign cost (no token was spent)",
+        "- Δ pass@1: against `off`, paired on (task, repetition), 95% interval clustered by task; "
+        f"from feedback: the arm's pass@1 minus its own at {spec.kind}={spec.values[0]:g}",
         "",
         "![simulated: pass@1 and wrong-commit rate over the feedback parameter](curves.png)",
         "",
     ]
-    header = (
-        f"| arm | {spec.kind} | pass@1 % | Δ pass@1 pp | pass@20 % | observed {spec.repeat}/{spec.repeat} | "
-        "wrong commits % | Δ wrong pp | held % | cost / dependable task $ |"
+    lines += _deaf_section(profile, spec, results, changes, arms, title)
+    lines += _per_arm(spec, results, changes, arms, title)
+    stated = (
+        f"{title}\nfixed: {' '.join(f'{k}={v:g}' for k, v in fixed.items())}; "
+        f"environment_share={profile.failure_mix.environment_share:g}; seed {spec.seed}, "
+        f"{spec.repeat} repeats, reviewer {spec.reviewer}"
     )
-    lines += [f"## {title}: per arm", "", header, "|" + "---|" * 10]
+    _curves(results, arms, spec, stated).savefig(out / "curves.png")
+    (out / "summary.md").write_text("\n".join(lines), encoding="utf-8")
+    return "\n".join(lines)
+
+
+def _per_arm(
+    spec: LiftSpec,
+    results: dict[float, Aggregate],
+    changes: dict[float, dict[str, Change | None]],
+    arms: list[str],
+    title: str,
+) -> list[str]:
+    header = (
+        f"| arm | {spec.kind} | pass@1 % | Δ pass@1 pp [95% CI] | from feedback pp | pass@20 % | "
+        f"observed {spec.repeat}/{spec.repeat} | wrong commits % | Δ wrong pp | held % | "
+        "cost / dependable task $ |"
+    )
+    lines = [f"## {title}: per arm", "", header, "|" + "---|" * 11]
     for arm in arms:
+        base = _figures(next(a for a in results[spec.values[0]].arms if a.arm == arm))["pass1"]
         for value in spec.values:
             agg = results[value]
             stats = next(a for a in agg.arms if a.arm == arm)
             f = _figures(stats)
             lift = next((row for row in agg.lift if row.arm == arm), None)
-            d1 = _pp(lift.pass1_change if lift is not None else None)
+            change = changes[value].get(arm)
             dw = _pp(lift.wrong_commit_change if lift is not None else None)
             cells = [
                 stats.label,
                 f"{value:g}",
                 f"{f['pass1']:.2f}",
-                _fmt(d1, "+.2f"),
+                "—" if change is None else change.text(""),
+                f"{f['pass1'] - base:+.2f}",
                 _fmt(f["pass20"], ".2f"),
                 _fmt(f["observed"], "d"),
                 _fmt(f["wrong_commit"], ".2f"),
@@ -186,10 +275,53 @@ def _summary(
                 _fmt(f["cost_dependable"], ".2f"),
             ]
             lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
-    _curves(results, arms, spec, title).savefig(out / "curves.png")
-    (out / "summary.md").write_text("\n".join(lines), encoding="utf-8")
-    return "\n".join(lines)
+    return [*lines, ""]
+
+
+def _deaf_section(
+    profile: Profile,
+    spec: LiftSpec,
+    results: dict[float, Aggregate],
+    changes: dict[float, dict[str, Change | None]],
+    arms: list[str],
+    title: str,
+) -> list[str]:
+    """Where a swept value leaves every feedback probability at 0: each arm's lift there, and whether it
+    is ≤ 0 within noise. Only a lever that acts without the agent (retries) can lift pass@1 there."""
+    deaf = next(
+        (
+            v
+            for v in spec.values
+            if not any(profile.with_feedback(**dict(_changes(spec.kind, v))).feedback.model_dump().values())
+        ),
+        None,
+    )
+    if deaf is None:
+        return []
+    lines = [
+        f"## {title}: every feedback probability at 0 ({spec.kind}={deaf:g})",
+        "",
+        "The agent ignores everything it is told. A lever that needs a reaction cannot lift pass@1 here; "
+        "it can only stop wrong work (wrong commits fall, held rises). The retries lever re-sends an "
+        "upstream fault on the agent's behalf and needs no reaction, so an arm with it keeps that lift.",
+        "",
+        "| arm | retries lever | Δ pass@1 pp [95% CI] | ≤ 0 within noise | Δ wrong commits pp |",
+        "|---|---|---|---|---|",
+    ]
+    agg = results[deaf]
+    for arm in arms:
+        change = changes[deaf].get(arm)
+        if arm == "off" or change is None:
+            continue
+        lift = next((row for row in agg.lift if row.arm == arm), None)
+        dw = _pp(lift.wrong_commit_change if lift is not None else None)
+        label = next(a.label for a in agg.arms if a.arm == arm)
+        verdict = "yes" if change.within_noise_of_zero_or_below else "no"
+        lines.append(
+            f"| {label} | {'yes' if ARMS[arm].has('retries') else 'no'} | {change.text('')}"
+            f" | {verdict} | {_fmt(dw, '+.2f')} |"
+        )
+    return [*lines, ""]
 
 
 def _swept(kind: str) -> tuple[str, ...]:
@@ -222,11 +354,9 @@ def run_lift(spec: LiftSpec, profile: Profile, out: Path, console: Console) -> s
     """Run the sweep into ``out`` and return the last line."""
     arms = [a.name for a in parse_arms(spec.arms)]
     out.mkdir(parents=True, exist_ok=True)
-    prices = PriceTable({profile.agent_name: TokenPrice(input=0.0, output=PRICE_PER_MTOK)})
     (out / "prices.yaml").write_text(
         yaml.safe_dump({profile.agent_name: {"input": 0.0, "output": PRICE_PER_MTOK}}), encoding="utf-8"
     )
-    results: dict[float, Aggregate] = {}
     for value in spec.values:
         stem = _stem(spec.kind, value)
         console.print(f"simulated {profile.name}: {stem}", highlight=False)
@@ -242,20 +372,31 @@ def run_lift(spec: LiftSpec, profile: Profile, out: Path, console: Console) -> s
             profile=spec.profile,
             feedback=_changes(spec.kind, value),
         )
-        path = out / f"{stem}.jsonl"
-        _run_one(config, spec.workers, path, console, spec.tasks)
-        rows = read_campaign_results([path])
+        _run_one(config, spec.workers, out / f"{stem}.jsonl", console, spec.tasks)
+    return summarize(spec, profile, out)
+
+
+def summarize(spec: LiftSpec, profile: Profile, out: Path) -> str:
+    """Write the reports, ``summary.md`` and ``curves.png`` of the sweep's results files in ``out``;
+    return the last line."""
+    arms = [a.name for a in parse_arms(spec.arms)]
+    prices = PriceTable({profile.agent_name: TokenPrice(input=0.0, output=PRICE_PER_MTOK)})
+    results: dict[float, Aggregate] = {}
+    changes: dict[float, dict[str, Change | None]] = {}
+    for value in spec.values:
+        stem = _stem(spec.kind, value)
+        rows = read_campaign_results([out / f"{stem}.jsonl"])
         write_report(rows, out / stem, prices)
         results[value] = aggregate(rows, prices)
-    _summary(profile, spec, results, arms, out)
-    last = results[spec.values[-1]]
-    first = results[spec.values[0]]
+        changes[value] = {arm: paired_change(rows, arm) for arm in arms if arm != "off"}
+        del rows
+    _summary(profile, spec, results, changes, arms, out)
 
-    def lift_of(agg: Aggregate) -> str:
-        row = next((r for r in agg.lift if r.arm == "guard"), None)
-        return "n/a" if row is None or row.pass1_change is None else f"{100 * row.pass1_change:+.2f} pp"
+    def lift_of(value: float) -> str:
+        change = changes[value].get("guard")
+        return "n/a" if change is None else change.text()
 
     return (
         f"lift (simulated {profile.name}, {spec.kind} {spec.values[0]:g}..{spec.values[-1]:g}): guard pass@1 "
-        f"change {lift_of(first)} .. {lift_of(last)}; summary {out / 'summary.md'}"
+        f"change {lift_of(spec.values[0])} .. {lift_of(spec.values[-1])}; summary {out / 'summary.md'}"
     )

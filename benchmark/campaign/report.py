@@ -30,6 +30,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from benchmark.campaign.agg_render import simulated_text
 from benchmark.campaign.agg_types import Aggregate, ArmStats
 from benchmark.campaign.aggregate import aggregate, render_markdown
 from benchmark.campaign.prices import PriceTable
@@ -199,21 +200,16 @@ def _lift(agg: Aggregate) -> Figure:
 _DRAW = {"outcomes.png": _outcomes, "pass_at_k.png": _pass_at_k, "domains.png": _domains, "lift.png": _lift}
 
 
-def simulated_parameters(rows: Iterable[DecodeResult]) -> list[str]:
-    """The distinct simulated-agent parameters the rows state (``metadata.simulated``), one line each:
-    ``profile: feedback k=v ...``. LIFT.md: a simulated figure is never printed without them."""
-    seen: dict[str, None] = {}
-    for row in rows:
-        notes = row.metadata.get("simulated")
-        if not isinstance(notes, dict):
-            continue
-        feedback = notes.get("feedback") or {}
-        text = " ".join(f"{k}={v:g}" for k, v in feedback.items() if isinstance(v, int | float))
-        seen.setdefault(f"{notes.get('profile')}: feedback {text}", None)
-    return list(seen)
+def _simulated_title(fig: Figure, agg: Aggregate) -> Figure:
+    """``fig`` with "simulated" and the parameters in its title (LIFT.md: never without them)."""
+    if agg.simulated:
+        prior = fig.get_suptitle()
+        text = f"simulated: {simulated_text(agg)}" + (f"\n{prior}" if prior else "")
+        fig.suptitle(text, fontsize="small", wrap=True)
+    return fig
 
 
-def _markdown(agg: Aggregate, parameters: list[str] | None = None) -> str:
+def _markdown(agg: Aggregate) -> str:
     labels = []
     if any(a.upper_bound for a in agg.arms):
         labels.append(
@@ -225,7 +221,7 @@ def _markdown(agg: Aggregate, parameters: list[str] | None = None) -> str:
             "- **(simulated)**: a simulated agent profile, not a model; its figures depend on the profile's "
             "feedback parameters:"
         )
-        labels += [f"  - `{p}`" for p in parameters or ["(the rows state no parameters)"]]
+        labels += [f"  - `{p}`" for p in agg.simulated or ["(the rows state no parameters)"]]
     simulated = any(a.simulated for a in agg.arms)
     out = [
         "# Lift campaign report" + (" (simulated)" if simulated else ""),
@@ -264,15 +260,14 @@ def write_report(rows: Iterable[DecodeResult], out_dir: Path, prices: PriceTable
     """
     rows = list(rows)
     agg = aggregate(rows, prices)
-    parameters = simulated_parameters(rows)
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = out_dir.parent / f".{out_dir.name}-{uuid.uuid4().hex[:12]}"
     staging.mkdir()  # beside out_dir (same file system: the moves are renames), with the umask's mode
     try:
         for name, draw in _DRAW.items():
-            draw(agg).savefig(staging / name)
-        (staging / "report.md").write_text(_markdown(agg, parameters), encoding="utf-8")
+            _simulated_title(draw(agg), agg).savefig(staging / name)
+        (staging / "report.md").write_text(_markdown(agg), encoding="utf-8")
         if not out_dir.exists():
             staging.rename(out_dir)
         else:

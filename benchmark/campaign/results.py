@@ -173,6 +173,32 @@ class GuardFacts(BaseModel):
     """Wall time the guard added: guarded attempt time minus the time spent in the tools."""
 
 
+class SimulatedFacts(BaseModel):
+    """A simulated agent's attempt (``metadata.simulated``): its profile, the assumptions it was played
+    under (LIFT.md: a simulated figure is never printed without them) and what it planned and did."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    profile: str = Field(min_length=1)
+    propensity: float = Field(ge=0, le=1)
+    intent: str
+    """``success`` or the failure signature the attempt was planned to fail by."""
+    family: str | None = None
+    fallback: str | None = None
+    reactions: list[str] = Field(default_factory=list)
+    feedback: dict[str, Annotated[float, Field(ge=0, le=1)]]
+    """The probability of correcting course per feedback kind (assumed, never fitted)."""
+    environment_share: float | None = Field(default=None, ge=0, le=1)
+    """The share of tool-usage failures that are upstream faults (assumed)."""
+
+    def parameters(self) -> str:
+        """``profile: feedback k=v ...; environment_share=x``: what every simulated figure states."""
+        text = f"{self.profile}: feedback " + " ".join(f"{k}={v:g}" for k, v in self.feedback.items())
+        if self.environment_share is not None:
+            text += f"; environment_share={self.environment_share:g}"
+        return text
+
+
 class CampaignFacts(BaseModel):
     """Our keys under ``metadata`` (beside ThinkingBox's ``scenario``, ``agent``, ``repetition``...)."""
 
@@ -203,6 +229,8 @@ class CampaignFacts(BaseModel):
     None when the attempt passed."""
     upper_bound: bool = False
     """The arm reads the answer key (``oracle-ceiling``): its figures are an upper bound, not the product."""
+    simulated: SimulatedFacts | None = None
+    """A simulated agent's attempt: its profile and parameters (absent for any other agent)."""
 
 
 def facts_of(row: DecodeResult) -> CampaignFacts | None:

@@ -46,6 +46,7 @@ from benchmark.campaign.agents import (
     load_trajectories,
 )
 from benchmark.campaign.arms import ARMS, Arm
+from benchmark.campaign.memo import AttemptMemo, MemoAgent
 from benchmark.campaign.outcomes import classify_outcome, phase_of, state_signature
 from benchmark.campaign.results import (
     CampaignFacts,
@@ -192,6 +193,8 @@ class Worker:
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._store: SqlApprovalStore | None = None
         self._init_state: dict[str, Any] = {}
+        self.memo: AttemptMemo | None = AttemptMemo() if isinstance(self.agent, MemoAgent) else None
+        """Attempts of a deterministic agent that are the same attempt, run once (benchmark.campaign.memo)."""
 
     def close(self) -> None:
         stack = getattr(self, "proxy_stack", None)  # --through-proxy: the worker's servers
@@ -259,6 +262,18 @@ class Worker:
             from benchmark.llm.proxied import proxied_attempt
 
             return proxied_attempt(self, task, key, arm, seed)
+        view = self._view(task, key, seed)
+        memo_key = self.agent.memo_key(view, arm.name) if isinstance(self.agent, MemoAgent) else None
+        if memo_key is not None and self.memo is not None:
+            hit: _Attempt | None = self.memo.find(self.agent, view, memo_key)  # type: ignore[arg-type]
+            if hit is not None:
+                return hit
+        attempt = self._run_attempt(task, view, arm, seed)
+        if memo_key is not None and self.memo is not None:
+            self.memo.add(self.agent, view, memo_key, attempt)  # type: ignore[arg-type]
+        return attempt
+
+    def _run_attempt(self, task: Task, view: AgentView, arm: Arm, seed: int) -> _Attempt:
         started = time.perf_counter()
         domain = self.domains[task.domain]
         with Environment(domain, self.database) as env:
@@ -271,7 +286,6 @@ class Worker:
             if self.plan is not None:
                 injector = FaultInjector(timed, self.plan, clock=clock, rng=random.Random(seed))  # noqa: S311
                 execute = injector
-            view = self._view(task, env, key, seed)
             upstream = getattr(self.agent, "upstream", None)
             if upstream is not None:
                 execute = upstream(view, execute)
@@ -393,8 +407,9 @@ class Worker:
             state = self._init_state[task.id] = env.stable_state()
         return state
 
-    def _view(self, task: Task, env: Environment, key: UnitKey, seed: int) -> AgentView:
-        tools = [ToolSpec(t.name, t.description, t.input_schema) for t in env.tools.values()]
+    def _view(self, task: Task, key: UnitKey, seed: int) -> AgentView:
+        domain = self.domains[task.domain]
+        tools = [ToolSpec(t.name, t.description, t.input_schema) for t in domain.tools.values()]
         return AgentView(
             uid=task.id,
             query=task.query,
@@ -621,7 +636,8 @@ def run_units(
     context = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_process, initargs=(config,))
     try:
-        yield from pool.map(_run_in_process, jobs, chunksize=4)
+        # a task's repetitions go to one process together: its caches and attempt memo serve them all
+        yield from pool.map(_run_in_process, jobs, chunksize=max(4, config.repeat))
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 

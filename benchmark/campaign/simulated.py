@@ -50,11 +50,12 @@ published amount; corrections cost their extra turns.
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from benchmark.campaign.agents import AgentView, ToolReply, Tools, Transcript
 from benchmark.campaign.calibrate import draw_propensities
@@ -182,6 +183,8 @@ class SimulatedAgent:
         self._plans: dict[tuple[str, int], AttemptPlan] = {}
         self._playing: dict[int, _Play] = {}
         """The attempt in flight (one at a time per process), for :meth:`after_commit_refused`."""
+        self._decisions: list[tuple[Hashable, bool]] = []
+        """The attempt in flight's decisions ((kind, where, step), answer), for the runner's memo."""
 
     def cases(self, uid: str) -> Sequence[str | None]:
         return [None] if uid in self._tasks else []
@@ -269,6 +272,7 @@ class SimulatedAgent:
     # -- playing it -------------------------------------------------------------------------------
     def run(self, view: AgentView, tools: Tools) -> Transcript:
         plan = self.plan(view)
+        self._decisions = []
         golden = list(self._tasks[view.uid].answer.golden_tool_interactions)
         state = _Play(view, tools, golden, self.tokens_per_turn)
         state.play(list(plan.calls), self, "call")
@@ -281,6 +285,7 @@ class SimulatedAgent:
             "fallback": plan.fallback,
             "reactions": state.reactions,
             "feedback": self.profile.feedback.model_dump(),
+            "environment_share": self.profile.failure_mix.environment_share,
         }
         self._playing = {id(state.transcript): state}
         return state.transcript
@@ -300,8 +305,29 @@ class SimulatedAgent:
         return True
 
     def decide(self, view: AgentView, kind: str, where: str, step: int) -> bool:
-        u = _uniform(view.seed, "react", where, step)
-        return u < self.profile.feedback.of(kind)
+        answer = self._answer(view, (kind, where, step))
+        self._decisions.append(((kind, where, step), answer))
+        return answer
+
+    def _answer(self, view: AgentView, query: Hashable) -> bool:
+        kind, where, step = cast(tuple[str, str, int], query)
+        return _uniform(view.seed, "react", where, step) < self.profile.feedback.of(kind)
+
+    # -- the runner's memo (benchmark.campaign.memo) ------------------------------------------------
+    def memo_key(self, view: AgentView, arm: str) -> Hashable | None:
+        """The attempt's plan on ``arm``: everything but the reaction draws that decides the attempt.
+        None for a refused connection: the injector draws which error it raises from the attempt seed."""
+        plan = self.plan(view)
+        if plan.env_fault is not None and plan.env_fault[1] == "refused":
+            return None
+        calls = json.dumps([[c.tool, c.parameters] for c in plan.calls], sort_keys=True, default=str)
+        return (arm, view.case, plan.intent, plan.family, plan.fallback, plan.env_fault, calls)
+
+    def decisions(self) -> Sequence[tuple[Hashable, bool]]:
+        return tuple(self._decisions)
+
+    def replays(self, view: AgentView, decisions: Sequence[tuple[Hashable, bool]]) -> bool:
+        return all(self._answer(view, query) == answer for query, answer in decisions)
 
 
 class _Play:

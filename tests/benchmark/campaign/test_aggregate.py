@@ -322,7 +322,7 @@ def test_json_is_stable_and_complete(make_row: RowFactory) -> None:
     text = to_json(aggregate(rows))
     assert text == to_json(aggregate(list(reversed(rows))))
     data = json.loads(text)
-    assert list(data) == ["rows", "priced", "arms", "lift", "notes"]
+    assert list(data) == ["rows", "priced", "arms", "lift", "notes", "simulated"]
     assert list(data["arms"][0]) == [
         "arm",
         "agent",
@@ -342,3 +342,40 @@ def test_json_is_stable_and_complete(make_row: RowFactory) -> None:
         "observed_k_of_k",
     ]
     assert Aggregate.model_validate(data) == aggregate(rows)
+
+
+def _with_parameters(row: DecodeResult, held: float = 0.5) -> DecodeResult:
+    row.metadata["simulated"] = {
+        "profile": "kimi-k3",
+        "propensity": 0.25,
+        "intent": "success",
+        "reactions": [],
+        "feedback": {"raw_error": 0.0, "held": held},
+        "environment_share": 0.2,
+    }
+    return row
+
+
+def test_simulated_parameters_title_every_output(make_row: RowFactory) -> None:
+    rows = [_with_parameters(r) for r in _labelled_rows(make_row)]
+    agg = aggregate(rows)
+    params = "kimi-k3: feedback raw_error=0 held=0.5; environment_share=0.2"
+    assert agg.simulated == [params]
+    md = render_markdown(agg)
+    titles = [line for line in md.splitlines() if line.startswith("## ") and line != "## Notes"]
+    assert titles and all(t.endswith(f" — simulated: {params}") for t in titles)
+    assert f"**Simulated**, not measured; parameters: {params}." in md
+    assert f"simulated, not measured; parameters: {params}" in _rendered_table(agg)
+    assert summary_line(agg).endswith(f" (simulated: {params})")
+    assert json.loads(to_json(agg))["simulated"] == [params]
+    mixed = aggregate([*rows, _with_parameters(make_row(B, arm="off", agent="simulated:o4-mini"), 1.0)])
+    assert len(mixed.simulated) == 2 and " | " in render_markdown(mixed).splitlines()[2]
+
+
+def test_simulated_parameters_are_validated(make_row: RowFactory) -> None:
+    bad = _with_parameters(make_row(A, agent="simulated:o4-mini"))
+    bad.metadata["simulated"]["feedback"]["held"] = 1.5
+    with pytest.raises(ResultsError, match=r"field metadata\.simulated\.feedback\.held"):
+        aggregate([bad])
+    bare = make_row(A, agent="simulated:o4-mini")
+    assert "state no parameters" in " ".join(aggregate([bare]).notes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,14 @@ def test_lift_writes_runs_reports_and_a_simulated_summary(tmp_path: Path) -> Non
     assert summary.startswith("# Simulated lift: Kimi-K3 (kimi-k3), feedback swept over 0, 1")
     assert "fixed feedback raw_error=0; environment_share=0.2" in summary
     assert "| guard (simulated) | 1 |" in summary
+    # feedback=0 leaves every probability at 0 (raw_error is 0 in the profile): each arm's lift there
+    deaf = summary.split("every feedback probability at 0 (feedback=0)", 1)[1].split("\n## ", 1)[0]
+    guard_row = next(line for line in deaf.splitlines() if line.startswith("| guard (simulated) |"))
+    cells = [c.strip() for c in guard_row.strip("|").split("|")]
+    assert cells[1] == "yes"  # the guard has the retries lever
+    assert re.fullmatch(r"[+-]\d+\.\d\d \[[+-]\d+\.\d\d, [+-]\d+\.\d\d\]", cells[2]), cells
+    assert cells[3] in ("yes", "no")
+    assert re.search(r"guard pass@1 change [+-]\d+\.\d\d pp \[", last)
     assert (out / "curves.png").stat().st_size > 0
     assert (out / "prices.yaml").is_file()
 

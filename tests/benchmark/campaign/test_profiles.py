@@ -220,3 +220,38 @@ def test_with_feedback_validates() -> None:
     assert profile.with_feedback(held=1.0).feedback.held == 1.0
     with pytest.raises(ValueError, match="less than or equal to 1"):
         profile.with_feedback(held=3.0)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda r: r["feedback"].update(held=1.5),
+            "field feedback.held: Input should be less than or equal to 1",
+        ),
+        (
+            lambda r: r["failure_mix"].pop("environment_share"),
+            "field failure_mix.environment_share: Field required",
+        ),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "lift", "calibrate"])
+def test_run_lift_and_calibrate_refuse_a_bad_profile_file(
+    tmp_path: Path, edit: Any, message: str, command: str
+) -> None:
+    raw = _raw()
+    edit(raw)
+    path = _write(tmp_path, raw)
+    out = tmp_path / "out"
+    args = {
+        "run": ["run", "--agent", "simulated", "--profile", path, "--out", str(out)],
+        "lift": ["lift", "--profile", path, "--out", str(out)],
+        "calibrate": ["calibrate", "--profile", path],
+    }[command]
+    before = Path(path).read_text(encoding="utf-8")
+    _mount_benchmark()
+    result = CliRunner().invoke(app, ["bench", *args])
+    assert result.exit_code == 2, result.output
+    assert f"{path}: {message}" in " ".join(result.output.split())
+    assert not out.exists()
+    assert Path(path).read_text(encoding="utf-8") == before
