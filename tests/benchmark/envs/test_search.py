@@ -7,7 +7,6 @@ No reference output exists for a successful search, so these tests check that th
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -15,17 +14,14 @@ from typing import Any
 import pytest
 import yaml
 
-from benchmark.envs import DataError, Domain, Environment
+from benchmark.envs import DataError, Environment
 from benchmark.envs.search import load_sections, make_search_tool, passages, policy_index, query_terms
 from benchmark.tasks import BenchData
+from tests.support.envs import domain_fixture
 
 RETAIL = "sandbox_external_retail"
 
-
-@pytest.fixture
-def env(retail: Domain, sqlite_db: Any) -> Iterator[Environment]:
-    with Environment(retail, sqlite_db) as environment:
-        yield environment
+domain = domain_fixture(RETAIL)
 
 
 def search(env: Environment, **args: Any) -> list[dict[str, Any]]:

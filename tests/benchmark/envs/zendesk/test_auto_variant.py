@@ -2,39 +2,15 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from typing import Any
-
-import pytest
-
-from benchmark.envs import Database, Domain, Environment, load_domain
-from benchmark.tasks import BenchData
+from benchmark.envs import Environment
+from tests.support.envs import call, domain_fixture, error_of
 
 AUTO = "sandbox_auto_insurance"
 TICKETS = "zendesk_tickets"
 VIOLATIONS = "zendesk_ticket_status_violations"
 
 
-@pytest.fixture(scope="module")
-def auto(bench: BenchData) -> Domain:
-    return load_domain(AUTO, bench.bundle)
-
-
-@pytest.fixture
-def env(auto: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(auto, sqlite_db) as environment:
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(env: Environment, tool: str, args: dict[str, Any]) -> str:
-    out = call(env, tool, args)
-    assert out["tool"] == tool
-    return out["error"]
+domain = domain_fixture(AUTO)
 
 
 def test_create_ticket_in_a_non_open_status_logs_a_violation(env: Environment) -> None:
@@ -89,11 +65,11 @@ def test_open_tickets_other_tables_and_updates_log_nothing(env: Environment) -> 
 
 
 def test_failed_create_logs_nothing(env: Environment) -> None:
-    message = error(
+    message = error_of(
         env, "zendesk_create_item", {"table": "tickets", "item": {"subject": "S", "status": "bad"}}
     )
     assert "item.TicketCreateInput.status: Input should be" in message
-    assert "Unsupported table: 'groups'" in error(
+    assert "Unsupported table: 'groups'" in error_of(
         env, "zendesk_create_item", {"table": "groups", "item": {"subject": "S", "status": "pending"}}
     )
     assert env.table(TICKETS).count() == 5

@@ -2,39 +2,15 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from typing import Any
-
-import pytest
-
-from benchmark.envs import Database, Domain, Environment, load_domain
+from benchmark.envs import Environment
 from benchmark.envs.zendesk.variant import booking_ticket_tags
-from benchmark.tasks import BenchData
+from tests.support.envs import call, domain_fixture, error_of
 
 BOOKING = "external_booking_v1"
 TICKETS = "zendesk_tickets"
 
 
-@pytest.fixture(scope="module")
-def booking(bench: BenchData) -> Domain:
-    return load_domain(BOOKING, bench.bundle)
-
-
-@pytest.fixture
-def env(booking: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(booking, sqlite_db) as environment:
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(env: Environment, tool: str, args: dict[str, Any]) -> str:
-    out = call(env, tool, args)
-    assert out["tool"] == tool
-    return out["error"]
+domain = domain_fixture(BOOKING)
 
 
 def test_booking_ticket_tags_drop_ignored_case_insensitively_and_sort() -> None:
@@ -79,7 +55,7 @@ def test_create_does_not_default_refund_on_other_tables(env: Environment) -> Non
 
 
 def test_create_rejects_invalid_status(env: Environment) -> None:
-    message = error(
+    message = error_of(
         env, "zendesk_create_item", {"table": "tickets", "item": {"subject": "S", "status": "bad"}}
     )
     assert message.startswith(
@@ -124,7 +100,7 @@ def test_update_without_tags_shows_the_stored_tags_and_null_tags_keep_them(env: 
 
 
 def test_update_unknown_ticket_errors(env: Environment) -> None:
-    assert error(
+    assert error_of(
         env, "zendesk_update_item", {"table": "tickets", "id": "13", "item": {"status": "open"}}
     ) == ("Tool execution failed: Item with ID '13' not found in table 'tickets'")
 

@@ -6,15 +6,10 @@ sorted; a ticket created in a status other than open is logged as a violation.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from typing import Any
-
-import pytest
-
-from benchmark.envs import Database, Domain, Environment, load_domain
+from benchmark.envs import Database, Domain, Environment
 from benchmark.envs.zendesk.variant import neobank_item, neobank_ticket_tags
 from benchmark.tasks import BenchData, Task
+from tests.support.envs import call, domain_fixture, error_of
 
 NEOBANK = "sandbox_neobank_support_v1"
 TICKETS = "zendesk_tickets"
@@ -35,25 +30,7 @@ CUSTOM_FIELDS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def neobank(bench: BenchData) -> Domain:
-    return load_domain(NEOBANK, bench.bundle)
-
-
-@pytest.fixture
-def env(neobank: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(neobank, sqlite_db) as environment:
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(env: Environment, tool: str, args: dict[str, Any]) -> str:
-    out = call(env, tool, args)
-    assert out["tool"] == tool
-    return out["error"]
+domain = domain_fixture(NEOBANK)
 
 
 def test_hooks_split_strip_lower_and_sort() -> None:
@@ -111,7 +88,7 @@ def test_create_ticket_with_empty_or_null_tags_stores_none(env: Environment) -> 
 
 
 def test_tags_must_be_a_string(env: Environment) -> None:
-    message = error(
+    message = error_of(
         env, "zendesk_create_item", {"table": "tickets", "item": {"subject": "S", "tags": ["escalated"]}}
     )
     prefix = "Tool execution failed: Input validation failed: "
@@ -163,7 +140,7 @@ def test_update_normalises_sent_tags_and_ignores_nulls(env: Environment) -> None
 
 
 def test_update_missing_ticket_fails(env: Environment) -> None:
-    message = error(
+    message = error_of(
         env, "zendesk_update_item", {"table": "tickets", "id": "99", "item": {"tags": "escalated"}}
     )
     assert message == "Tool execution failed: Item with ID '99' not found in table 'tickets'"
@@ -195,11 +172,11 @@ def _golden_non_open_create(tasks: list[Task]) -> tuple[Task, int]:
 
 
 def test_golden_that_creates_a_solved_ticket_appends_a_violation(
-    bench: BenchData, neobank: Domain, sqlite_db: Database
+    bench: BenchData, domain: Domain, sqlite_db: Database
 ) -> None:
     task, index = _golden_non_open_create(bench.tasks([NEOBANK]))
     steps = task.answer.golden_tool_interactions
-    with Environment(neobank, sqlite_db) as env:
+    with Environment(domain, sqlite_db) as env:
         env.apply_patch(task.data_patch)
         before = env.table(VIOLATIONS).count()
         for step in steps[:index]:

@@ -2,35 +2,16 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
-from benchmark.envs import Database, Domain, Environment
+from benchmark.envs import Environment
 from benchmark.envs.zendesk import odata
 from benchmark.envs.zendesk.variant import ODATA_COMPARATORS, RETAIL_COMPARATORS
+from tests.support.envs import call, error_of
 
 TICKETS = "zendesk_tickets"
 USERS = "zendesk_users"
 TICKET_COMMENTS = "zendesk_ticket_comments"
-
-
-@pytest.fixture
-def env(retail: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(retail, sqlite_db) as environment:
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(env: Environment, tool: str, args: dict[str, Any]) -> str:
-    out = call(env, tool, args)
-    assert out["tool"] == tool
-    return out["error"]
 
 
 def ids(out: dict[str, Any]) -> list[Any]:
@@ -61,10 +42,10 @@ def test_get_item_finds_int_keyed_ticket_comments_by_string_id(env: Environment)
 
 
 def test_get_item_errors_name_the_enum_member_or_the_unsupported_value(env: Environment) -> None:
-    assert error(env, "zendesk_get_item", {"table": "users", "id": "nope"}) == (
+    assert error_of(env, "zendesk_get_item", {"table": "users", "id": "nope"}) == (
         "Tool execution failed: Item with ID 'nope' not found in table 'TableName.USERS'"
     )
-    assert error(env, "zendesk_get_item", {"table": "groups", "id": "1"}) == (
+    assert error_of(env, "zendesk_get_item", {"table": "groups", "id": "1"}) == (
         "Tool execution failed: Unsupported table: 'groups'. "
         "Only tickets, users, organizations, comments, and ticket_comments are supported."
     )
@@ -118,16 +99,16 @@ def test_get_items_unsortable_orderby_keeps_store_order(env: Environment) -> Non
 
 
 def test_get_items_errors(env: Environment) -> None:
-    assert error(env, "zendesk_get_items", {"table": "tickets", "$filter": "status eq"}) == (
+    assert error_of(env, "zendesk_get_items", {"table": "tickets", "$filter": "status eq"}) == (
         "Tool execution failed: Failed to parse OData filter: "
         "Failed to parse at: Token(type='WS', value=' ', lineno=1, index=6)"
     )
-    assert error(env, "zendesk_get_items", {"table": "tickets", "$filter": "due_at gt 'x'"}) == (
+    assert error_of(env, "zendesk_get_items", {"table": "tickets", "$filter": "due_at gt 'x'"}) == (
         "Tool execution failed: Failed to parse OData filter: "
         "'>' not supported between instances of 'NoneType' and 'str'"
     )
-    assert "Unsupported table: 'articles'" in error(env, "zendesk_get_items", {"table": "articles"})
-    assert "$top: Input should be less than or equal to 1000" in error(
+    assert "Unsupported table: 'articles'" in error_of(env, "zendesk_get_items", {"table": "articles"})
+    assert "$top: Input should be less than or equal to 1000" in error_of(
         env, "zendesk_get_items", {"table": "tickets", "$top": 1001}
     )
 
@@ -177,7 +158,7 @@ def test_create_ticket_comment_gets_numeric_id_key_and_html(env: Environment) ->
 
 
 def test_create_rejects_invalid_status_and_unsupported_tables(env: Environment) -> None:
-    message = error(
+    message = error_of(
         env, "zendesk_create_item", {"table": "tickets", "item": {"subject": "S", "status": "bad"}}
     )
     assert message.startswith(
@@ -185,7 +166,7 @@ def test_create_rejects_invalid_status_and_unsupported_tables(env: Environment) 
         "Input should be 'new', 'open', 'pending', 'hold', 'solved' or 'closed'; "
         "item.UserCreateInput.name: Field required"
     )
-    assert "Unsupported table: 'groups'" in error(
+    assert "Unsupported table: 'groups'" in error_of(
         env, "zendesk_create_item", {"table": "groups", "item": {"subject": "S"}}
     )
     assert env.table(TICKETS).count() == 5
@@ -194,7 +175,7 @@ def test_create_rejects_invalid_status_and_unsupported_tables(env: Environment) 
 def test_create_after_delete_can_collide_with_an_existing_id(env: Environment) -> None:
     env.apply_patch({TICKETS: [{"id": "6", "subject": "Patched", "created_at": "x", "updated_at": "x"}]})
     assert call(env, "zendesk_delete_item", {"table": "tickets", "id": "1"}) == {"success": True}
-    assert error(env, "zendesk_create_item", {"table": "tickets", "item": {"subject": "New"}}) == (
+    assert error_of(env, "zendesk_create_item", {"table": "tickets", "item": {"subject": "New"}}) == (
         "Tool execution failed: Object with ID 6 already exists"
     )
     assert env.table(TICKETS).get("6").subject == "Patched"
@@ -230,10 +211,10 @@ def test_update_other_tables_stamp_the_create_time(env: Environment) -> None:
 
 
 def test_update_errors(env: Environment) -> None:
-    assert error(
+    assert error_of(
         env, "zendesk_update_item", {"table": "tickets", "id": "99", "item": {"status": "open"}}
     ) == ("Tool execution failed: Item with ID '99' not found in table 'tickets'")
-    assert error(env, "zendesk_update_item", {"table": "ticket_comments", "id": "1", "item": {}}) == (
+    assert error_of(env, "zendesk_update_item", {"table": "ticket_comments", "id": "1", "item": {}}) == (
         "Tool execution failed: The value is not updatable. Ticket comments cannot be modified."
     )
 
@@ -245,10 +226,10 @@ def test_delete_removes_the_row(env: Environment) -> None:
 
 
 def test_delete_errors(env: Environment) -> None:
-    assert error(env, "zendesk_delete_item", {"table": "users", "id": "2x"}) == (
+    assert error_of(env, "zendesk_delete_item", {"table": "users", "id": "2x"}) == (
         "Tool execution failed: Item with ID '2x' not found in table 'TableName.USERS'"
     )
-    assert error(env, "zendesk_delete_item", {"table": "ticket_comments", "id": "23118465221916"}) == (
+    assert error_of(env, "zendesk_delete_item", {"table": "ticket_comments", "id": "23118465221916"}) == (
         "Tool execution failed: The value is not updatable. Ticket comments cannot be deleted."
     )
     assert env.table(TICKET_COMMENTS).count() == 5
@@ -271,6 +252,6 @@ def test_search_articles_keyword_rules(env: Environment) -> None:
 
 
 def test_search_articles_validates_input(env: Environment) -> None:
-    assert error(env, "zendesk_search_articles", {"query": None}) == (
+    assert error_of(env, "zendesk_search_articles", {"query": None}) == (
         "Tool execution failed: Input validation failed: query: Input should be a valid string"
     )
