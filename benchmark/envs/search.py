@@ -176,6 +176,7 @@ def make_search_tool(scenario: str) -> ToolFn:
 
     def search_policy(env: Environment, args: BaseModel) -> dict[str, Any]:
         index = policy_index(Path(env.domain.bundle), scenario)
-        return {"snippets": index.search(args.query, clamp_results(args.max_results))}
+        sent = args.model_dump()  # the tool's input model is built from its JSON schema at run time
+        return {"snippets": index.search(sent["query"], clamp_results(sent["max_results"]))}
 
     return search_policy

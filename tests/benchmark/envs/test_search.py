@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from benchmark.envs import DataError, Environment
 from benchmark.envs.search import load_sections, make_search_tool, passages, policy_index, query_terms
@@ -30,11 +31,18 @@ def search(env: Environment, **args: Any) -> list[dict[str, Any]]:
     return out["snippets"]
 
 
+class SearchArgs(BaseModel):
+    """The search tools' input (their model is built from the tool schema at run time)."""
+
+    query: str
+    max_results: int | None = None
+
+
 def run_tool(bundle: Path, scenario: str, query: str, max_results: int | None = 3) -> list[dict[str, Any]]:
     """Calls a scenario's tool function directly (only retail has a domain to go through yet)."""
     tool = make_search_tool(scenario)
     fake_env = SimpleNamespace(domain=SimpleNamespace(bundle=bundle))
-    out = tool(fake_env, SimpleNamespace(query=query, max_results=max_results))  # type: ignore[arg-type]
+    out = tool(fake_env, SearchArgs(query=query, max_results=max_results))  # type: ignore[arg-type]
     hits: list[dict[str, Any]] = out["snippets"]
     return hits
 
