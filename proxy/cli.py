@@ -340,8 +340,11 @@ def _show_text(approval: dict[str, Any]) -> list[str]:
     if approval.get("used_at"):
         lines.append(f"  used       {approval['used_at']} by {approval.get('used_by')}")
     for check in approval.get("checks", []):
+        if check["passed"]:  # a passing check's message is its violation text: not shown
+            lines.append(f"  check      pass {check['rule_id']}")
+            continue
         message = f": {check['message']}" if check.get("message") else ""
-        lines.append(f"  check      {'pass' if check['passed'] else 'FAIL'} {check['rule_id']}{message}")
+        lines.append(f"  check      FAIL {check['rule_id']}{message}")
     changes = approval.get("preview", {}).get("changes", [])
     rehearsed = "" if approval.get("rehearsed", True) else " (not rehearsed: the backend cannot preview)"
     lines.append(f"changes ({len(changes)}){rehearsed}:")
