@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 from benchmark.envs import Database, Domain, Environment, load_domain
+from benchmark.guarded import executor_for
 from benchmark.tasks import BenchData
+from guard.session import ToolResult
 
 Patch = Mapping[str, Sequence[Mapping[str, Any]]]
 
@@ -69,3 +71,17 @@ def stored(env: Environment, table: str, key: Any) -> dict[str, Any]:
     record = env.table(table).get(key)
     assert record is not None, f"{table} has no row {key!r}"
     return record.model_dump(mode="json")
+
+
+class RecordingExecutor:
+    """The real environment's executor (what the guard forwards a call to), remembering which tools
+    the calls that reached it named."""
+
+    def __init__(self, env: Environment) -> None:
+        self.run = executor_for(env)
+        self.calls: list[str] = []
+
+    def __call__(self, tool: str, arguments: Mapping[str, Any]) -> ToolResult:
+        self.calls.append(tool)
+        result: ToolResult = self.run(tool, arguments)
+        return result
