@@ -15,9 +15,8 @@ import pytest
 from benchmark.envs import Domain, Environment
 from benchmark.envs.booking import bookings
 from benchmark.envs.booking.common import BOOKINGS, GROUP_BOOKINGS, HOTELS, INVENTORY
+from tests.support.booking import STAMP, booking, hotel, night
 from tests.support.envs import Patch, call, failure, stored
-
-STAMP = "2025-01-01T10:00:00Z"
 
 
 @pytest.fixture
@@ -26,50 +25,11 @@ def env_patch() -> Patch:
 
 
 def _hotel(row_id: str, hotel_id: str, name: str, tier: str) -> dict[str, Any]:
-    return {
-        "id": row_id,
-        "hotel_id": hotel_id,
-        "hotel_name": name,
-        "location": "Boston",
-        "partner_tier": tier,
-        "contact_name": "Front Desk",
-        "contact_email": f"desk@{hotel_id.lower()}.example",
-        "contact_phone": "+1-617-000-0000",
-        "created_at": STAMP,
-        "updated_at": STAMP,
-    }
+    return hotel(row_id, hotel_id, hotel_name=name, partner_tier=tier)
 
 
 def _night(row_id: str, hotel_id: str, date: str, count: int, price: str, board: str) -> dict[str, Any]:
-    return {
-        "id": row_id,
-        "hotel_id": hotel_id,
-        "room_type": "deluxe_room",
-        "board_type": board,
-        "date": f"{date}T00:00:00Z",
-        "available_count": count,
-        "price_per_night": price,
-        "created_at": STAMP,
-        "updated_at": STAMP,
-    }
-
-
-def _booking(row_id: str, reference: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "id": row_id,
-        "booking_reference": reference,
-        "customer_id": "CUS-T1",
-        "hotel_id": "HTL-T1",
-        "check_in_date": "2025-12-01T15:00:00Z",
-        "check_out_date": "2025-12-03T11:00:00Z",
-        "booking_value": "380.00",
-        "room_type": "deluxe_room",
-        "board_type": "with_breakfast",
-        "adults_count": 2,
-        "created_at": "2025-09-01T10:00:00Z",
-        "updated_at": "2025-09-01T10:00:00Z",
-        **extra,
-    }
+    return night(row_id, hotel_id, date, count, price_per_night=price, board_type=board)
 
 
 PATCH: dict[str, list[dict[str, Any]]] = {
@@ -86,10 +46,10 @@ PATCH: dict[str, list[dict[str, Any]]] = {
         _night("INV-T6", "HTL-T2", "2025-12-01", 0, "100.00", "with_breakfast"),
     ],
     BOOKINGS: [
-        _booking("BKG-ROW1", "BKG-10000001"),
-        _booking("BKG-ROW2", "BKG-10000002", booking_status="cancelled", created_at="2025-09-10T10:00:00Z"),
-        _booking("BKG-ROW3", "BKG-10000003", customer_id="CUS-G1", group_booking_id="GRP-T1"),
-        _booking(
+        booking("BKG-ROW1", "BKG-10000001"),
+        booking("BKG-ROW2", "BKG-10000002", booking_status="cancelled", created_at="2025-09-10T10:00:00Z"),
+        booking("BKG-ROW3", "BKG-10000003", customer_id="CUS-G1", group_booking_id="GRP-T1"),
+        booking(
             "BKG-ROW4",
             "BKG-10000004",
             customer_id="CUS-G2",
@@ -194,7 +154,7 @@ def test_get_booking_history_is_newest_first(env: Environment) -> None:
     assert call(env, tool, {}) == failure(tool, "Input validation failed: customer_id: Field required")
 
 
-def test_get_group_booking(env: Environment) -> None:
+def test_get_groupbooking(env: Environment) -> None:
     tool = "booking_api_get_group_booking"
     group = call(env, tool, {"group_booking_id": "GRP-T1"})["group_booking_data"]
     assert group["id"] == "GRP-ROW1" and group["total_rooms"] == 3

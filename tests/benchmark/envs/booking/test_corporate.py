@@ -12,6 +12,7 @@ import pytest
 
 from benchmark.envs import Environment
 from benchmark.envs.booking import corporate
+from tests.support.booking import booking
 from tests.support.envs import Patch, call, failure
 
 
@@ -21,22 +22,15 @@ def env_patch() -> Patch:
 
 
 def _booking(row_id: str, reference: str, account: str, status: str, created: str) -> dict[str, Any]:
-    return {
-        "id": row_id,
-        "booking_reference": reference,
-        "customer_id": "CUS-T1",
-        "hotel_id": "HTL-00012345",
-        "check_in_date": "2025-12-01T15:00:00Z",
-        "check_out_date": "2025-12-03T11:00:00Z",
-        "booking_value": "380.00",
-        "room_type": "deluxe_room",
-        "board_type": "with_breakfast",
-        "adults_count": 2,
-        "booking_status": status,
-        "corporate_account_id": account,
-        "created_at": created,
-        "updated_at": created,
-    }
+    return booking(
+        row_id,
+        reference,
+        hotel_id="HTL-00012345",
+        booking_status=status,
+        corporate_account_id=account,
+        created_at=created,
+        updated_at=created,
+    )
 
 
 PATCH = {

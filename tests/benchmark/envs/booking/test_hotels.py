@@ -15,23 +15,17 @@ import pytest
 from benchmark.envs import Domain, Environment
 from benchmark.envs.booking import hotels
 from benchmark.envs.booking.common import BOOKINGS, HOTELS, INVENTORY, TICKETS
+from tests.support.booking import STAMP, hotel, night
 from tests.support.envs import Patch, call, failure
 
-STAMP = "2025-01-01T10:00:00Z"
-HOTEL = {
-    "id": "HTL-T1",
-    "hotel_id": "HTL-T1",
-    "hotel_name": "Harbor Grand",
-    "location": "Boston",
-    "partner_tier": "premium",
-    "contact_name": "Front Desk",
-    "contact_email": "desk@harbor.example",
-    "contact_phone": "+1-617-000-0000",
-    "escalation_contact": "manager@harbor.example",
-    "amenities": ["wifi", "gym"],
-    "created_at": STAMP,
-    "updated_at": STAMP,
-}
+HOTEL = hotel(
+    "HTL-T1",
+    "HTL-T1",
+    partner_tier="premium",
+    contact_email="desk@harbor.example",
+    escalation_contact="manager@harbor.example",
+    amenities=["wifi", "gym"],
+)
 
 
 @pytest.fixture
@@ -40,17 +34,9 @@ def env_patch() -> Patch:
 
 
 def _night(row_id: str, hotel_id: str, date: str, count: int) -> dict[str, Any]:
-    return {
-        "id": row_id,
-        "hotel_id": hotel_id,
-        "room_type": "suite",
-        "board_type": "half_board",
-        "date": f"{date}T00:00:00Z",
-        "available_count": count,
-        "price_per_night": "300.00",
-        "created_at": STAMP,
-        "updated_at": STAMP,
-    }
+    return night(
+        row_id, hotel_id, date, count, room_type="suite", board_type="half_board", price_per_night="300.00"
+    )
 
 
 PATCH: dict[str, list[dict[str, Any]]] = {

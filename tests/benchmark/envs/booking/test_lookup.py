@@ -15,9 +15,9 @@ import pytest
 from benchmark.envs import Domain, Environment
 from benchmark.envs.booking import lookup
 from benchmark.envs.booking.common import BOOKINGS, CORPORATE_ACCOUNTS, GROUP_BOOKINGS, HOTELS
+from tests.support.booking import STAMP, booking, hotel
 from tests.support.envs import Patch, call, failure
 
-STAMP = "2025-01-01T10:00:00Z"
 ACCOUNT = {
     "id": "INT-T1",
     "corporate_account_id": "CRP-T1",
@@ -33,33 +33,14 @@ ACCOUNT = {
     "created_at": STAMP,
     "updated_at": STAMP,
 }
-HOTEL = {
-    "id": "HTL-ROW1",
-    "hotel_id": "HTL-T1",
-    "hotel_name": "Quayside Harbor Hotel",
-    "location": "Boston",
-    "partner_tier": "standard",
-    "contact_name": "Desk",
-    "contact_email": "desk@quayside.example",
-    "contact_phone": "+1-617-000-0000",
-    "created_at": STAMP,
-    "updated_at": STAMP,
-}
-BOOKING = {
-    "id": "BKG-ROW1",
-    "booking_reference": "BKG-10000001",
-    "customer_id": "CUS-T1",
-    "hotel_id": "HTL-T1",
-    "check_in_date": "2025-12-01T15:00:00Z",
-    "check_out_date": "2025-12-03T11:00:00Z",
-    "booking_value": "380.00",
-    "room_type": "deluxe_room",
-    "board_type": "with_breakfast",
-    "adults_count": 2,
-    "group_booking_id": "GRP-T1",
-    "created_at": STAMP,
-    "updated_at": STAMP,
-}
+HOTEL = hotel(
+    "HTL-ROW1",
+    "HTL-T1",
+    hotel_name="Quayside Harbor Hotel",
+    contact_name="Desk",
+    contact_email="desk@quayside.example",
+)
+BOOKING = booking("BKG-ROW1", "BKG-10000001", group_booking_id="GRP-T1", created_at=STAMP, updated_at=STAMP)
 PATCH: dict[str, list[dict[str, Any]]] = {
     CORPORATE_ACCOUNTS: [
         ACCOUNT,
