@@ -85,3 +85,13 @@ class RecordingExecutor:
         self.calls.append(tool)
         result: ToolResult = self.run(tool, arguments)
         return result
+
+
+def create_item(env: Environment, table: str, item: Mapping[str, Any]) -> Any:
+    """Calls the shared zendesk tools' ``zendesk_create_item`` on ``table``; returns the answer."""
+    return call(env, "zendesk_create_item", {"table": table, "item": item})
+
+
+def update_item(env: Environment, table: str, item_id: str, item: Mapping[str, Any]) -> Any:
+    """Calls ``zendesk_update_item`` for row ``item_id`` of ``table``; returns the answer."""
+    return call(env, "zendesk_update_item", {"table": table, "id": item_id, "item": item})

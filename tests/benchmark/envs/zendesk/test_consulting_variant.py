@@ -7,7 +7,7 @@ violation; an int ``organization_id`` never reaches the User row through the too
 from __future__ import annotations
 
 from benchmark.envs import Environment
-from tests.support.envs import call, domain_fixture, error_of
+from tests.support.envs import call, create_item, domain_fixture, error_of, update_item
 
 CONSULTING = "sandbox_consulting"
 TICKETS = "zendesk_tickets"
@@ -34,17 +34,14 @@ domain = domain_fixture(CONSULTING)
 
 
 def test_create_ticket_keeps_tags_as_sent_and_logs_a_non_open_status(env: Environment) -> None:
-    item = call(
+    item = create_item(
         env,
-        "zendesk_create_item",
+        "tickets",
         {
-            "table": "tickets",
-            "item": {
-                "subject": "Laptop refresh",
-                "status": "pending",
-                "tags": ["Hardware_Request", "approval"],
-                "engagement_code": "ENG-1234567",
-            },
+            "subject": "Laptop refresh",
+            "status": "pending",
+            "tags": ["Hardware_Request", "approval"],
+            "engagement_code": "ENG-1234567",
         },
     )["item"]
     assert (item["id"], item["tags"], item["engagement_code"]) == (
@@ -63,20 +60,13 @@ def test_create_ticket_keeps_tags_as_sent_and_logs_a_non_open_status(env: Enviro
 
 
 def test_open_create_and_updates_log_nothing(env: Environment) -> None:
-    created = call(
-        env,
-        "zendesk_create_item",
-        {
-            "table": "tickets",
-            "item": {"subject": "Access", "status": "open", "assignee_id": "157", "tags": None},
-        },
+    created = create_item(
+        env, "tickets", {"subject": "Access", "status": "open", "assignee_id": "157", "tags": None}
     )["item"]
     assert (created["status"], created["tags"]) == ("open", [])
-    updated = call(
-        env,
-        "zendesk_update_item",
-        {"table": "tickets", "id": "6", "item": {"status": "solved", "tags": None, "client_id": "CL-1"}},
-    )["item"]
+    updated = update_item(env, "tickets", "6", {"status": "solved", "tags": None, "client_id": "CL-1"})[
+        "item"
+    ]
     assert (updated["status"], updated["tags"], updated["client_id"], updated["assignee_id"]) == (
         "solved",
         [],
@@ -98,13 +88,8 @@ def test_string_tags_are_refused(env: Environment) -> None:
 
 
 def test_user_organization_id_is_text(env: Environment) -> None:
-    user = call(
-        env,
-        "zendesk_create_item",
-        {
-            "table": "users",
-            "item": {"name": "Dana Cole", "email": "dana.cole@msg.com", "organization_id": "2"},
-        },
+    user = create_item(
+        env, "users", {"name": "Dana Cole", "email": "dana.cole@msg.com", "organization_id": "2"}
     )["item"]
     assert (user["id"], user["organization_id"]) == ("6", "2")
     assert env.table(USERS).get("6").organization_id == "2"

@@ -7,7 +7,7 @@ from typing import Any
 from benchmark.envs import Environment
 from benchmark.envs.zendesk import odata
 from benchmark.envs.zendesk.variant import ODATA_COMPARATORS, RETAIL_COMPARATORS
-from tests.support.envs import call, error_of
+from tests.support.envs import call, create_item, error_of, update_item
 
 TICKETS = "zendesk_tickets"
 USERS = "zendesk_users"
@@ -123,9 +123,7 @@ def test_other_variants_use_the_real_comparator_classes(env: Environment) -> Non
 
 
 def test_create_ticket_counts_ids_and_fills_defaults(env: Environment) -> None:
-    item = call(
-        env, "zendesk_create_item", {"table": "tickets", "item": {"subject": "Broken", "tags": None}}
-    )["item"]
+    item = create_item(env, "tickets", {"subject": "Broken", "tags": None})["item"]
     assert item == {
         "id": "6",
         "subject": "Broken",
@@ -145,11 +143,7 @@ def test_create_ticket_counts_ids_and_fills_defaults(env: Environment) -> None:
 
 
 def test_create_ticket_comment_gets_numeric_id_key_and_html(env: Environment) -> None:
-    item = call(
-        env,
-        "zendesk_create_item",
-        {"table": "ticket_comments", "item": {"ticket_id": 1, "author_id": 2, "body": "Hi"}},
-    )["item"]
+    item = create_item(env, "ticket_comments", {"ticket_id": 1, "author_id": 2, "body": "Hi"})["item"]
     assert item["id"] == 23118465221916 + 5
     assert item["key"] == "23118465221921"
     assert item["html_body"] == '<div class="zd-comment" dir="auto"><p dir="auto">Hi</p></div>'
@@ -182,11 +176,7 @@ def test_create_after_delete_can_collide_with_an_existing_id(env: Environment) -
 
 
 def test_update_ticket_applies_sent_values_and_null_tags_clear(env: Environment) -> None:
-    item = call(
-        env,
-        "zendesk_update_item",
-        {"table": "tickets", "id": "1", "item": {"status": "solved", "priority": None, "tags": None}},
-    )["item"]
+    item = update_item(env, "tickets", "1", {"status": "solved", "priority": None, "tags": None})["item"]
     assert (item["status"], item["priority"], item["tags"]) == ("solved", "high", [])
     assert item["updated_at"] == "2025-10-01T13:00:10Z"
     stored = env.table(TICKETS).get("1")
@@ -195,18 +185,12 @@ def test_update_ticket_applies_sent_values_and_null_tags_clear(env: Environment)
 
 def test_update_with_invalid_nested_enum_only_touches_updated_at(env: Environment) -> None:
     before = env.table(TICKETS).get("1").model_dump(mode="json")
-    item = call(
-        env,
-        "zendesk_update_item",
-        {"table": "tickets", "id": "1", "item": {"status": "not_a_valid_status", "organization_id": None}},
-    )["item"]
+    item = update_item(env, "tickets", "1", {"status": "not_a_valid_status", "organization_id": None})["item"]
     assert item == {**before, "updated_at": "2025-10-01T13:00:10Z"}
 
 
 def test_update_other_tables_stamp_the_create_time(env: Environment) -> None:
-    item = call(env, "zendesk_update_item", {"table": "users", "id": "3", "item": {"phone": "+1-555-9999"}})[
-        "item"
-    ]
+    item = update_item(env, "users", "3", {"phone": "+1-555-9999"})["item"]
     assert (item["phone"], item["updated_at"]) == ("+1-555-9999", "2025-10-01T13:00:05Z")
 
 
