@@ -4,12 +4,20 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint typecheck pytest slow-check conformance conformance-pg lift
+.PHONY: setup demo test lint typecheck services pytest slow-check conformance conformance-pg lift
 
+# A virtual environment in .venv with the package and its dev tools, then what the tests need besides
+# Python (PostgreSQL, Redis, Chromium): running, started, or named as missing (.ci/services).
 setup:
+	@echo "setup 1/4: virtual environment in $(VENV)"
 	$(PY) -m venv $(VENV)
+	@echo "setup 2/4: upgrading pip"
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev]"
+	@echo "setup 3/4: installing shadowguard and its dev tools (pinned by constraints.txt; a few minutes)"
+	$(BIN)/pip install --progress-bar on -c constraints.txt -e ".[dev]"
+	@echo "setup 4/4: services the tests use"
+	@.ci/services
+	@echo "setup done: activate with '. $(VENV)/bin/activate', then 'make test'"
 
 # The quickstart: the proxy with proxy/demo/shadowguard.yaml in the background, the scripted agent
 # against it once /readyz answers, then the proxy stopped (proxy/demo/__main__.py). DEMO_ARGS=--port 0
@@ -34,7 +42,12 @@ pytest:
 slow-check:
 	$(BIN)/pytest -q -m slow
 
-test: lint typecheck pytest slow-check
+# Services are started when installed but stopped; a missing one has its tests skipped with the
+# reason printed (SHADOWGUARD_TEST_STRICT=1, as in CI, fails them instead).
+services:
+	@.ci/services
+
+test: lint typecheck services pytest slow-check
 
 conformance:
 	$(BIN)/shadowguard bench conformance

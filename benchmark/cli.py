@@ -16,6 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from benchmark.conformance import ConformanceRun, DomainResult, select_tasks
 from benchmark.envs import DOMAINS, Database, EnvError, load_domain
+from benchmark.tables import ResultTable
 from benchmark.tasks import BenchData, Task, resolve_data
 
 bench_app = typer.Typer(help="Benchmark ThinkingBox-Bench environments and the guard.", no_args_is_help=True)
@@ -88,13 +89,13 @@ def conformance(
             results.append(runner.run_domain(d, ts))
     database.dispose()
     elapsed = time.perf_counter() - started
-    table = RichTable(title=f"conformance ({database.dialect})")
-    for col in ("domain", "tasks", "init", "golden", "responses", "probes", "s", "tasks/s"):
-        table.add_column(col)
+    table = ResultTable(
+        f"conformance ({database.dialect})",
+        ("domain", "init", "golden", "responses", "probes", "s", "tasks/s"),  # init/golden: x of tasks
+    )
     for r in results:
         table.add_row(
             r.domain,
-            str(r.tasks),
             f"{r.init_ok}/{r.tasks}",
             f"{r.golden_ok}/{r.tasks}",
             f"{r.responses_ok}/{r.responses}",
@@ -102,7 +103,7 @@ def conformance(
             f"{r.seconds:.1f}",
             f"{r.tasks / r.seconds:.0f}" if r.seconds else "-",
         )
-    console.print(table)
+    table.print(console)
     for r in results:
         for m in r.mismatches[:show]:
             console.print(m.render(), markup=False, highlight=False, soft_wrap=True)
@@ -521,7 +522,8 @@ def replay_command(
     data: DataOpt = None,
     db: DbOpt = None,
     policy: Annotated[
-        str | None, typer.Option("--policy", help="Policy pack YAML (default: empty pack).")
+        str | None,
+        typer.Option("--policy", help="Policy pack: its folder or YAML (default: empty pack)."),
     ] = None,
     policy_dir: Annotated[
         Path | None,
@@ -581,12 +583,10 @@ def replay_command(
     totals["accounted"] = 0
     problems = []
     title = f"golden replay through {through} ({database.dialect})"
-    table = RichTable(title=title + (f", faults {plan.describe()} seed {fault_seed}" if plan else ""))
-    columns = ["domain", "tasks", "committed-golden", "rolled-back", "violations", "delta = golden_delta"]
+    columns = ["domain", "tasks", "committed golden", "rolled back", "violations", "delta = golden_delta"]
     if plan is not None:
         columns += ["faults", "retries", "failed calls"] + (["changes accounted"] if mode == "guard" else [])
-    for col in columns:
-        table.add_column(col)
+    table = ResultTable(title + (f", faults {plan.describe()} seed {fault_seed}" if plan else ""), columns)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -623,7 +623,7 @@ def replay_command(
             totals["violations"] += result.violations
             problems += [t for t in result.tasks if t.messages or not t.golden]
     database.dispose()
-    console.print(table)
+    table.print(console)
     for t in problems[:show]:
         console.print(f"{t.task_id}: committed={t.committed} golden={t.golden}", highlight=False)
         for m in t.messages[:5]:

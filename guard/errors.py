@@ -30,7 +30,7 @@ call's effect) whether to send the call again; everything not retried becomes an
 ``safe_to_retry``: the failure itself proves the call left no effect upstream. A retryable failure
 that is not safe (timeout after sending, dropped connection, 5xx) leaves the outcome of a
 state-changing call unknown; :func:`guard.retry.decide` then retries only a read, an idempotent
-call, or a write that ran in a savepoint the guard rolled back (DESIGN §3).
+call, or a write that ran in a savepoint the guard rolled back (docs/errors.md).
 
 A failure is a value (the classifier returns it; it is raised only where a caller wants an
 exception). Its :meth:`ToolFailure.hint` is what the agent sees: class, what failed, what to do
@@ -50,7 +50,8 @@ MAX_MESSAGE = 500
 
 
 class ErrorClass(StrEnum):
-    """The classes of DESIGN §3; the value is what :attr:`guard.models.ToolOutcome.error_class` holds."""
+    """The error classes (docs/errors.md); the value is what
+    :attr:`guard.models.ToolOutcome.error_class` holds."""
 
     TRANSIENT = "transient"
     RATE_LIMITED = "rate_limited"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
@@ -21,15 +22,19 @@ app = typer.Typer(help="shadowguard: guardrail middleware for live AI agents.", 
 _mounted = False
 
 
-def _mount_benchmark() -> None:
+def _mount_benchmark() -> ModuleType:
+    """Mounts the benchmark's command groups (once) and returns ``benchmark.packcheck``, the benchmark
+    side of ``check --domain`` / ``--test``: the only two ways the proxy package reaches the benchmark."""
     global _mounted
-    if _mounted:
-        return
-    from benchmark.cli import bench_app, env_app
+    from benchmark import packcheck
 
-    app.add_typer(bench_app, name="bench")
-    app.add_typer(env_app, name="env")
-    _mounted = True
+    if not _mounted:
+        from benchmark.cli import bench_app, env_app
+
+        app.add_typer(bench_app, name="bench")
+        app.add_typer(env_app, name="env")
+        _mounted = True
+    return packcheck
 
 
 @app.command("check")
@@ -91,14 +96,18 @@ def check(
             typer.echo(f"error: {pack}: --test needs --domain (the pack names no domain)", err=True)
             raise typer.Exit(2)
     try:
-        policy = load_policy(pack) if domain is None else _load_against_domain(pack, domain, data)
+        policy = (
+            load_policy(pack)
+            if domain is None
+            else _mount_benchmark().load_against_domain(pack, domain, data)
+        )
     except PolicyError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
     typer.echo(_summary(pack, policy, domain))
     if test:
         assert domain is not None
-        _run_pack_tests(pack, policy, domain, data, require_coverage=require_coverage)
+        _mount_benchmark().run_pack_tests(pack, policy, domain, data, require_coverage=require_coverage)
 
 
 def _migrate(pack: Path) -> None:
@@ -111,61 +120,6 @@ def _migrate(pack: Path) -> None:
     except (PolicyError, MigrationError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
-
-
-def _run_pack_tests(
-    pack: Path, policy: PolicyPack, domain: str, data: str | None, *, require_coverage: bool
-) -> None:
-    from benchmark.envs import Database, load_domain
-    from benchmark.packtests import PackTestError, load_tests, run_case, tests_path, uncovered
-    from benchmark.tasks import resolve_data
-
-    loaded = load_domain(domain, resolve_data(data).bundle)
-    path = tests_path(pack)
-    try:
-        cases = load_tests(path, loaded)
-    except PackTestError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from exc
-    database = Database()
-    failed = 0
-    try:
-        for case in cases:
-            result = run_case(case, loaded, database, policy)
-            if not result.passed:
-                failed += 1
-                typer.echo(f"FAIL {case.name}")
-                for problem in result.problems:
-                    typer.echo(f"    {problem}")
-    finally:
-        database.dispose()
-    missing = uncovered(policy, cases)
-    if missing:
-        typer.echo(f"rules no case expects ({len(missing)}): {', '.join(missing)}")
-    typer.echo(
-        f"check --test: {path}: cases {len(cases)} passed {len(cases) - failed} failed {failed}; "
-        f"rules covered {len(policy.checks) + len(policy.model.approvals) - len(missing)}/"
-        f"{len(policy.checks) + len(policy.model.approvals)}"
-    )
-    if failed or (require_coverage and missing):
-        raise typer.Exit(1)
-
-
-def _load_against_domain(pack: Path, domain: str, data: str | None) -> PolicyPack:
-    from benchmark.envs import DOMAINS, EnvError, load_domain
-    from benchmark.guarded import load_domain_policy
-    from benchmark.tasks import resolve_data
-
-    if domain not in DOMAINS:
-        raise typer.BadParameter(
-            f"unknown domain {domain!r}; implemented: {', '.join(sorted(DOMAINS))}", param_hint="--domain"
-        )
-    try:
-        loaded = load_domain(domain, resolve_data(data).bundle)
-    except (EnvError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
-    return load_domain_policy(pack, loaded)
 
 
 def _summary(path: Path, policy: PolicyPack, domain: str | None) -> str:
@@ -386,8 +340,11 @@ def _show_text(approval: dict[str, Any]) -> list[str]:
     if approval.get("used_at"):
         lines.append(f"  used       {approval['used_at']} by {approval.get('used_by')}")
     for check in approval.get("checks", []):
+        if check["passed"]:  # a passing check's message is its violation text: not shown
+            lines.append(f"  check      pass {check['rule_id']}")
+            continue
         message = f": {check['message']}" if check.get("message") else ""
-        lines.append(f"  check      {'pass' if check['passed'] else 'FAIL'} {check['rule_id']}{message}")
+        lines.append(f"  check      FAIL {check['rule_id']}{message}")
     changes = approval.get("preview", {}).get("changes", [])
     rehearsed = "" if approval.get("rehearsed", True) else " (not rehearsed: the backend cannot preview)"
     lines.append(f"changes ({len(changes)}){rehearsed}:")

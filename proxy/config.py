@@ -233,7 +233,7 @@ class AgentConfig(_Section):
 
 
 class OrchestratorConfig(_Section):
-    """Whoever runs the agents (DESIGN §6): may list, inspect, commit and roll back any session."""
+    """Whoever runs the agents (docs/proxy.md): may list, inspect, commit and roll back any session."""
 
     name: str = Field(min_length=1, max_length=128)
     token_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")

@@ -3,22 +3,18 @@ under test."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import redis
-import sqlalchemy as sa
 
 from benchmark.envs import Database, Domain, load_domain
 from benchmark.tasks import BenchData, Task, resolve_data
 from guard.approvals import RedisApprovalStore, SqlApprovalStore, open_approval_store
+from tests.support.services import PG_URL, REDIS_URL, require_postgres, require_redis
 
 RETAIL = "sandbox_external_retail"
-PG_URL = os.environ.get("SHADOWGUARD_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("SHADOWGUARD_TEST_REDIS", "redis://127.0.0.1:6379/0")
 
 
 @pytest.fixture(scope="session")
@@ -36,41 +32,12 @@ def retail_tasks(bench: BenchData) -> list[Task]:
     return bench.tasks([RETAIL])
 
 
-def _pg_available() -> None:
-    """Skips the test when ``SHADOWGUARD_TEST_PG=off``; fails it, saying why, when it is unreachable."""
-    if PG_URL == "off":
-        pytest.skip("PostgreSQL tests disabled with SHADOWGUARD_TEST_PG=off")
-    engine = sa.create_engine(sa.make_url(PG_URL).set(drivername="postgresql+psycopg"))
-    try:
-        with engine.connect():
-            pass
-    except sa.exc.OperationalError as exc:
-        pytest.fail(f"PostgreSQL at {PG_URL} is not reachable (SHADOWGUARD_TEST_PG=off opts out): {exc}")
-    finally:
-        engine.dispose()
-
-
-def _redis_available() -> None:
-    """Skips the test when ``SHADOWGUARD_TEST_REDIS=off``; fails it, saying why, when it is unreachable."""
-    if REDIS_URL == "off":
-        pytest.skip("Redis tests disabled with SHADOWGUARD_TEST_REDIS=off")
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        client.ping()
-    except redis.ConnectionError as exc:
-        pytest.fail(f"Redis at {REDIS_URL} is not reachable (SHADOWGUARD_TEST_REDIS=off opts out): {exc}")
-    finally:
-        client.close()
-
-
 @pytest.fixture(scope="session", params=["sqlite", "postgresql"])
 def database(request: pytest.FixtureRequest) -> Database:
-    """Both storage backends. PostgreSQL must be reachable (CI starts it).
-
-    ``SHADOWGUARD_TEST_PG=off`` opts out explicitly.
-    """
+    """Both storage backends; the PostgreSQL one is skipped (failed in strict mode) when the server
+    is unreachable (tests.support.services)."""
     if request.param == "postgresql":
-        _pg_available()
+        require_postgres()
         db = Database(PG_URL)
     else:
         db = Database()
@@ -95,7 +62,7 @@ def approval_store_url(tmp_path: Path) -> Iterator[Callable[[str], str]]:
     ``tmp_path``), ``"postgresql"`` (a table prefix) or ``"redis"`` (a key prefix) on the shared servers.
 
     After the test, whatever was created under each URL made is removed (tables dropped, keys purged).
-    A server backend is skipped or failed as ``SHADOWGUARD_TEST_PG`` / ``SHADOWGUARD_TEST_REDIS`` say.
+    A server backend that is unreachable is skipped (failed in strict mode: tests.support.services).
     """
     on_servers: list[str] = []
 
@@ -104,10 +71,10 @@ def approval_store_url(tmp_path: Path) -> Iterator[Callable[[str], str]]:
         if backend == "sqlite":
             return f"sqlite:///{tmp_path / f'approvals-{tag}.db'}"
         if backend == "postgresql":
-            _pg_available()
+            require_postgres()
             on_servers.append(_with_query(PG_URL, "table_prefix", f"t_{tag}_"))
         elif backend == "redis":
-            _redis_available()
+            require_redis()
             on_servers.append(_with_query(REDIS_URL, "prefix", f"shadowguard-test-{tag}:"))
         else:
             raise ValueError(f"no approval store backend {backend!r} (sqlite, postgresql, redis)")

@@ -2,9 +2,9 @@
 
 The reference embeds every scenario source (``world_state.<scenario>.sources``: ``{name, snippets}``, one
 markdown section per snippet) into a per-session Typesense collection and answers with a vector search
-grouped by source (SPEC §3.6). No vector of a successful search exists, and we run offline, so the sections
-are ranked lexically instead, with SQLite FTS5 (porter stemming) and its ``bm25()``, in memory, built once
-per bundle and scenario and then cached.
+grouped by source (bundle SPEC.md §3.6). No vector of a successful search exists, and we run offline,
+so the sections are ranked lexically instead, with SQLite FTS5 (porter stemming) and its ``bm25()``, in
+memory, built once per bundle and scenario and then cached.
 
 FTS5's bm25 sets the idf of a term found in more than half of the rows to ~0. With one row per section
 (8-11 per scenario) the words that matter most ("return", "cancel", "driver") would weigh nothing, so the
@@ -176,6 +176,7 @@ def make_search_tool(scenario: str) -> ToolFn:
 
     def search_policy(env: Environment, args: BaseModel) -> dict[str, Any]:
         index = policy_index(Path(env.domain.bundle), scenario)
-        return {"snippets": index.search(args.query, clamp_results(args.max_results))}
+        sent = args.model_dump()  # the tool's input model is built from its JSON schema at run time
+        return {"snippets": index.search(sent["query"], clamp_results(sent["max_results"]))}
 
     return search_policy

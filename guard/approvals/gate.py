@@ -1,4 +1,4 @@
-"""ApprovalGate: the guard's side of a held call, transport-independent (DESIGN §3 "Approval", §4 step 5).
+"""ApprovalGate: the guard's side of a held call, transport-independent (docs/approvals.md).
 
 A :class:`~guard.session.GuardSession` given a gate asks it, for every call that needs a person (an
 approval rule matched, or an irreversible call on a backend that cannot rehearse) and for every call

@@ -8,3 +8,5 @@
 * ``python -m proxy.demo`` (``make demo``) - starts the proxy, waits until it is ready, runs the client,
   stops the proxy.
 """
+
+__all__: list[str] = []

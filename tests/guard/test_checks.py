@@ -1,4 +1,5 @@
-"""Checks on their own: compiling SQL assertions, Python predicates, phases, tool filters, fail closed."""
+"""Checks on their own, on the guard-core shop schema (tests.support.guardcore): compiling SQL
+assertions, Python predicates, phases, tool filters, fail closed."""
 
 from __future__ import annotations
 
@@ -14,16 +15,8 @@ from guard.checks import Check, CheckContext, Phase, PythonCheck, RuleText, SqlC
 from guard.models import ChangeSet, PolicySource, RowChange, ToolCall, Violation
 from guard.sql_backend import SqlBackend
 from guard.sqltext import SqlTextError
+from tests.support.guardcore import SCHEMA, customers, metadata, orders
 
-metadata = sa.MetaData()
-orders = sa.Table(
-    "orders",
-    metadata,
-    sa.Column("id", sa.Text, primary_key=True),
-    sa.Column("status", sa.Text, nullable=False),
-    sa.Column("total", sa.Float, nullable=False),
-)
-SCHEMA = {"orders": ["id", "status", "total"]}
 TEXT = RuleText("Orders over 100 need a manager.", "Ask a manager.", PolicySource(ref="p#1", quote="q"))
 
 
@@ -32,12 +25,16 @@ def backend() -> Iterator[SqlBackend]:
     engine = sa.create_engine("sqlite://", poolclass=StaticPool)
     with engine.connect() as conn:
         metadata.create_all(conn)
+        conn.execute(customers.insert(), [{"id": "C1", "name": "Ada"}])
         conn.execute(
             orders.insert(),
-            [{"id": "A", "status": "open", "total": 50.0}, {"id": "B", "status": "open", "total": 150.0}],
+            [
+                {"id": "A", "customer_id": "C1", "status": "open", "total": 50.0},
+                {"id": "B", "customer_id": "C1", "status": "open", "total": 150.0},
+            ],
         )
         conn.commit()
-        backend = SqlBackend(conn, [orders])
+        backend = SqlBackend(conn, [customers, orders])
         backend.begin()
         yield backend
         backend.rollback()
@@ -156,8 +153,8 @@ def test_python_check_sees_the_change_set(backend: SqlBackend) -> None:
             table="orders",
             key="A",
             op="update",
-            before={"id": "A", "status": "open", "total": 50.0},
-            after={"id": "A", "status": "cancelled", "total": 50.0},
+            before={"id": "A", "customer_id": "C1", "status": "open", "total": 50.0},
+            after={"id": "A", "customer_id": "C1", "status": "cancelled", "total": 50.0},
         )
     ]
 

@@ -8,7 +8,6 @@ the model, ``changes()`` netted equals the model's difference from the initial s
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -26,8 +25,7 @@ from guard.backend import Backend, BackendError
 from guard.models import ChangeSet, Op, RowChange
 from guard.sql_backend import LOG, SqlBackend
 from guard.sqltext import SqlTextError
-
-PG_URL = os.environ.get("SHADOWGUARD_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+from tests.support.services import pg_engine_url, require_postgres
 
 metadata = sa.MetaData()
 items = sa.Table(
@@ -146,15 +144,8 @@ def connect(request: pytest.FixtureRequest) -> Iterator[Any]:
     if request.param == "sqlite":
         yield sqlite_connection
         return
-    if PG_URL == "off":
-        pytest.skip("PostgreSQL tests disabled with SHADOWGUARD_TEST_PG=off")
-    url = sa.make_url(PG_URL)
-    engine = sa.create_engine(url.set(drivername="postgresql+psycopg"), poolclass=NullPool)
-    try:
-        with engine.connect():
-            pass
-    except sa.exc.OperationalError as exc:
-        pytest.fail(f"PostgreSQL at {PG_URL} is not reachable (SHADOWGUARD_TEST_PG=off opts out): {exc}")
+    require_postgres()
+    engine = sa.create_engine(pg_engine_url(), poolclass=NullPool)
     yield lambda: postgresql_connection(engine)
     engine.dispose()
 

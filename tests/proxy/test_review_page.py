@@ -32,9 +32,10 @@ from proxy.approvals.auth import REVIEW_COOKIE, hash_token
 from proxy.approvals.diff import change_diffs
 from proxy.approvals.review import csrf_token
 from proxy.config import AgentConfig, AuthConfig, ReviewerConfig
+from tests.support.services import CHROMIUM, require_chromium
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
+
 CHROMIUM_FLAGS = [
     "--disable-gpu",
     "--disable-quic",
@@ -157,15 +158,7 @@ def _artifacts() -> Path:
 
 
 def _require_chromium() -> None:
-    if CHROMIUM.exists():
-        return
-    message = (
-        f"{CHROMIUM} is missing: the reviewer page is tested in Debian's Chromium. Install it with "
-        "`apt-get install -y chromium` (.ci/run does), or set SHADOWGUARD_SKIP_BROWSER=1 to skip this test."
-    )
-    if os.environ.get("SHADOWGUARD_SKIP_BROWSER") == "1":
-        pytest.skip(message)
-    pytest.fail(message)
+    require_chromium()  # skipped without Chromium, failed in strict mode (CI)
 
 
 def test_approve_in_chromium(site: Site) -> None:

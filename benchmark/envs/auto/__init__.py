@@ -26,3 +26,5 @@ DOMAIN = DomainDef(
     read_only=zendesk.READ_ONLY | billing.READ_ONLY | claims.READ_ONLY | crm.READ_ONLY | policy.READ_ONLY,
     aliases=zendesk.INPUT_ALIASES,
 )
+
+__all__ = ["DOMAIN"]

@@ -34,3 +34,5 @@ DOMAIN = DomainDef(
     | payments.READ_ONLY,
     aliases=zendesk.INPUT_ALIASES,
 )
+
+__all__ = ["DOMAIN"]

@@ -23,10 +23,10 @@ TRANSACTIONS = "payment_api_transactions"
 TICKETS = "zendesk_tickets"
 
 MODIFY_TIME = "2025-11-25T10:00:00Z"
-"""The clock of modify / charge / refund / invoice (SPEC §3.3), as those tools write it."""
+"""The clock of modify / charge / refund / invoice (bundle SPEC.md §3.3), as those tools write it."""
 
 ESCALATE_TIME = "2025-11-30T10:00:00Z"
-"""The clock of escalate_to_hotel / charge dispute (SPEC §3.3)."""
+"""The clock of escalate_to_hotel / charge dispute (bundle SPEC.md §3.3)."""
 
 CENTS = Decimal("0.01")
 

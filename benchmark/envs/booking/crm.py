@@ -15,7 +15,7 @@ from benchmark.envs.errors import ToolError
 
 PROFILES = "crm_api_customer_profiles"
 
-# update_customer_info stamps this fixed instant (SPEC §3.3).
+# update_customer_info stamps this fixed instant (bundle SPEC.md §3.3).
 UPDATE_NOW = dt.datetime(2025, 1, 1, 0, 0, 0, tzinfo=dt.UTC)
 
 # The updatable fields in the input model's order, which is the order updated_fields reports.

@@ -19,7 +19,7 @@ from benchmark.envs.errors import ToolError
 BOOKINGS = "booking_api_bookings"
 TRANSACTIONS = "payment_api_transactions"
 
-# Frozen "now" of charge, refund and invoice (SPEC §3.3), and of disputes.
+# Frozen "now" of charge, refund and invoice (bundle SPEC.md §3.3), and of disputes.
 PAYMENT_NOW = parse_iso(MODIFY_TIME)
 DISPUTE_NOW = parse_iso(ESCALATE_TIME)
 

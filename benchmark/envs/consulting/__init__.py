@@ -25,3 +25,5 @@ DOMAIN = DomainDef(
     read_only=zendesk.READ_ONLY | client_access.READ_ONLY | directory.READ_ONLY | services.READ_ONLY,
     aliases=zendesk.INPUT_ALIASES,
 )
+
+__all__ = ["DOMAIN"]

@@ -24,7 +24,7 @@ ENROLLMENTS = "degreed_training_enrollments"
 FOLDERS = "box_folders"
 FOLDER_LOGS = "box_folder_access_logs"
 
-# Frozen revocation time of ``revoke_vpn`` (SPEC §3.3).
+# Frozen revocation time of ``revoke_vpn`` (bundle SPEC.md §3.3).
 REVOKED_AT = dt.datetime(2025, 10, 1, 0, 0, 0, tzinfo=dt.UTC)
 
 # Processing days per clearance level reported by ``get_timeline``.

@@ -25,3 +25,5 @@ DOMAIN = DomainDef(
     read_only=zendesk.READ_ONLY | approvals.READ_ONLY | assets.READ_ONLY | identity.READ_ONLY,
     aliases=zendesk.INPUT_ALIASES,
 )
+
+__all__ = ["DOMAIN"]

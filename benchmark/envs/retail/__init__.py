@@ -28,3 +28,5 @@ DOMAIN = DomainDef(
     ),
     aliases=zendesk.INPUT_ALIASES,
 )
+
+__all__ = ["DOMAIN"]

@@ -22,7 +22,7 @@ DISCOUNTS = "external_retail_toolset_promo_models_discount_applications"
 
 # The reference reads the wall clock here; it is frozen to the instant the agent is told (vectors §7).
 PROMOTION_NOW = dt.datetime(2025, 10, 1, 13, 0, 0, tzinfo=dt.UTC)
-# Frozen "now" of the retail write tools (SPEC §3.3).
+# Frozen "now" of the retail write tools (bundle SPEC.md §3.3).
 WRITE_NOW = dt.datetime(2025, 10, 1, 13, 0, 5, tzinfo=dt.UTC)
 
 
@@ -135,7 +135,7 @@ def get_membership_details(env: Environment, args: BaseModel) -> dict[str, Any]:
 
 
 def _new_membership_id(env: Environment) -> str:
-    """``MEM-2{n:07d}`` with the first n from 1 that is not taken (SPEC §3.2)."""
+    """``MEM-2{n:07d}`` with the first n from 1 that is not taken (bundle SPEC.md §3.2)."""
     table = env.table(MEMBERSHIPS)
     n = 1
     while table.exists(f"MEM-2{n:07d}"):

@@ -13,7 +13,7 @@ from benchmark.envs.errors import ToolError
 TRANSACTIONS = "external_retail_toolset_stripe_models_payment_transactions"
 REFUNDS = "external_retail_toolset_stripe_models_refunds"
 
-# Every retail write tool stamps this fixed instant (SPEC §3.3).
+# Every retail write tool stamps this fixed instant (bundle SPEC.md §3.3).
 WRITE_NOW = dt.datetime(2025, 10, 1, 13, 0, 5, tzinfo=dt.UTC)
 
 

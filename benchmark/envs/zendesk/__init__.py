@@ -1,4 +1,5 @@
-"""The zendesk tools shared by all five domains, with the per-domain variant differences (SPEC §3.5).
+"""The zendesk tools shared by all five domains, with the per-domain variant differences
+(bundle SPEC.md §3.5).
 
 A domain registers ``zendesk_tools(ITS_VARIANT)`` and passes :data:`INPUT_ALIASES` to its DomainDef.
 """

@@ -2,7 +2,7 @@
 
 Each takes the domain's :class:`ZendeskVariant` first (bound by ``zendesk_tools``). Items are returned
 as the full row (nulls kept). Ids are count-based without a collision check, so a create after a
-delete can hit "Object with ID ... already exists" (SPEC §3.2).
+delete can hit "Object with ID ... already exists" (bundle SPEC.md §3.2).
 """
 
 from __future__ import annotations

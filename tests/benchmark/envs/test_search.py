@@ -7,25 +7,22 @@ No reference output exists for a successful search, so these tests check that th
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
-from benchmark.envs import DataError, Domain, Environment
+from benchmark.envs import DataError, Environment
 from benchmark.envs.search import load_sections, make_search_tool, passages, policy_index, query_terms
 from benchmark.tasks import BenchData
+from tests.support.envs import domain_fixture
 
 RETAIL = "sandbox_external_retail"
 
-
-@pytest.fixture
-def env(retail: Domain, sqlite_db: Any) -> Iterator[Environment]:
-    with Environment(retail, sqlite_db) as environment:
-        yield environment
+domain = domain_fixture(RETAIL)
 
 
 def search(env: Environment, **args: Any) -> list[dict[str, Any]]:
@@ -34,11 +31,18 @@ def search(env: Environment, **args: Any) -> list[dict[str, Any]]:
     return out["snippets"]
 
 
+class SearchArgs(BaseModel):
+    """The search tools' input (their model is built from the tool schema at run time)."""
+
+    query: str
+    max_results: int | None = None
+
+
 def run_tool(bundle: Path, scenario: str, query: str, max_results: int | None = 3) -> list[dict[str, Any]]:
     """Calls a scenario's tool function directly (only retail has a domain to go through yet)."""
     tool = make_search_tool(scenario)
     fake_env = SimpleNamespace(domain=SimpleNamespace(bundle=bundle))
-    out = tool(fake_env, SimpleNamespace(query=query, max_results=max_results))  # type: ignore[arg-type]
+    out = tool(fake_env, SearchArgs(query=query, max_results=max_results))  # type: ignore[arg-type]
     hits: list[dict[str, Any]] = out["snippets"]
     return hits
 

@@ -6,48 +6,27 @@ Default accounts used: BILL-000001 (POL-0012345678, past due, 1 arrangement) and
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from benchmark.envs import Database, Domain, Environment, load_domain
+from benchmark.envs import Domain, Environment
 from benchmark.envs.auto import billing
-from benchmark.tasks import BenchData
+from tests.support.envs import call, failure_text
 
 ACCOUNTS = billing.ACCOUNTS
 PAST_DUE_POLICY = "POL-0012345678"
 INSTALLMENT_POLICY = "POL-0099001122"
 
 
-@pytest.fixture(scope="module")
-def auto(bench: BenchData) -> Domain:
-    return load_domain("sandbox_auto_insurance", bench.bundle)
-
-
-@pytest.fixture
-def env(auto: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(auto, sqlite_db) as environment:
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(tool: str, message: str) -> str:
-    return json.dumps({"error": f"Tool execution failed: {message}", "tool": tool})
-
-
 def account(env: Environment, policy_id: str) -> dict[str, Any]:
     return env.table(ACCOUNTS).where(policy_id=policy_id)[0].model_dump(mode="json")
 
 
-def test_read_only_lists_exactly_the_tools_that_never_write(auto: Domain) -> None:
+def test_read_only_lists_exactly_the_tools_that_never_write(domain: Domain) -> None:
     assert {"billing_get_account_details", "billing_get_arrangement_history"} == billing.READ_ONLY
     for name in billing.TOOLS:
-        assert auto.tools[name].writes == (name not in billing.READ_ONLY)
+        assert domain.tools[name].writes == (name not in billing.READ_ONLY)
 
 
 def test_get_account_details_renders_enum_values_in_output_order(env: Environment) -> None:
@@ -85,7 +64,7 @@ def test_unknown_policy_is_an_error_and_writes_nothing(
 ) -> None:
     before = env.state_hash()
     text = env.call_tool(tool, {"policy_id": "POL-NOPE", **extra})
-    assert text == error(tool, "No billing account found for policy_id 'POL-NOPE'.")
+    assert text == failure_text(tool, "No billing account found for policy_id 'POL-NOPE'.")
     assert env.state_hash() == before
 
 
@@ -97,7 +76,7 @@ def test_get_arrangement_history_counts_arrangements(env: Environment) -> None:
 
 def test_get_arrangement_history_requires_policy_id(env: Environment) -> None:
     text = env.call_tool("billing_get_arrangement_history", {})
-    assert text == error(
+    assert text == failure_text(
         "billing_get_arrangement_history", "Input validation failed: policy_id: Field required"
     )
 
@@ -120,7 +99,7 @@ def test_create_installment_plan_rejects_non_integer_amount(env: Environment) ->
         "billing_create_installment_plan",
         {"policy_id": PAST_DUE_POLICY, "installment_count": 2, "installment_amount": "lots"},
     )
-    assert text == error(
+    assert text == failure_text(
         "billing_create_installment_plan",
         "Input validation failed: installment_amount: Input should be a valid integer, "
         "unable to parse string as an integer",

@@ -8,15 +8,12 @@ claim created with a time part.
 from __future__ import annotations
 
 import hashlib
-import json
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
-from benchmark.envs import Database, Domain, Environment, load_domain
+from benchmark.envs import Database, Domain, Environment
 from benchmark.envs.auto import claims
 from benchmark.tasks import BenchData, Task
+from tests.support.envs import call, failure_text
 
 DOMAIN = "sandbox_auto_insurance"
 CLAIMS = claims.CLAIMS
@@ -32,25 +29,6 @@ FNOL = {
     "claim_type": "Collision \u2013 Multi-Vehicle",
     "severity": "Major",
 }
-
-
-@pytest.fixture(scope="module")
-def auto(bench: BenchData) -> Domain:
-    return load_domain(DOMAIN, bench.bundle)
-
-
-@pytest.fixture
-def env(auto: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(auto, sqlite_db) as environment:
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(tool: str, message: str) -> str:
-    return json.dumps({"error": f"Tool execution failed: {message}", "tool": tool})
 
 
 def open_major_claim(claim_id: str, **fields: Any) -> dict[str, Any]:
@@ -69,10 +47,10 @@ def open_major_claim(claim_id: str, **fields: Any) -> dict[str, Any]:
     }
 
 
-def test_read_only_lists_exactly_the_tools_that_never_write(auto: Domain) -> None:
+def test_read_only_lists_exactly_the_tools_that_never_write(domain: Domain) -> None:
     assert set(claims.TOOLS) - claims.READ_ONLY == {"claims_create_fnol"}
     for name in claims.TOOLS:
-        assert auto.tools[name].writes == (name not in claims.READ_ONLY)
+        assert domain.tools[name].writes == (name not in claims.READ_ONLY)
 
 
 def test_create_fnol_makes_deterministic_open_claim(env: Environment) -> None:
@@ -113,13 +91,13 @@ def test_create_fnol_without_vehicle_uses_vin_then_placeholder(env: Environment)
 def test_create_fnol_unknown_policy_writes_nothing(env: Environment) -> None:
     before = env.state_hash()
     text = env.call_tool("claims_create_fnol", {**FNOL, "policy_id": "POL-NOPE"})
-    assert text == error("claims_create_fnol", "Policy 'POL-NOPE' not found.")
+    assert text == failure_text("claims_create_fnol", "Policy 'POL-NOPE' not found.")
     assert env.state_hash() == before
 
 
 def test_create_fnol_rejects_unknown_severity(env: Environment) -> None:
     text = env.call_tool("claims_create_fnol", {**FNOL, "severity": "Huge"})
-    assert text == error(
+    assert text == failure_text(
         "claims_create_fnol",
         "Input validation failed: severity: Input should be 'Minor', 'Moderate' or 'Major'",
     )
@@ -148,7 +126,7 @@ def test_check_open_major_claims_counts_only_open_major(env: Environment) -> Non
 
 def test_check_open_major_claims_unknown_policy(env: Environment) -> None:
     text = env.call_tool("claims_check_open_major_claims", {"policy_id": "POL-NOPE"})
-    assert text == error("claims_check_open_major_claims", "Policy 'POL-NOPE' not found.")
+    assert text == failure_text("claims_check_open_major_claims", "Policy 'POL-NOPE' not found.")
 
 
 def test_get_policy_claims_lists_claims_of_the_policy(env: Environment) -> None:
@@ -169,7 +147,7 @@ def test_get_policy_claims_months_back_counts_from_newest_claim_anywhere(env: En
 
 def test_get_policy_claims_unknown_policy(env: Environment) -> None:
     text = env.call_tool("claims_get_policy_claims", {"policy_id": "POL-NOPE", "months_back": 6})
-    assert text == error("claims_get_policy_claims", "Policy 'POL-NOPE' not found.")
+    assert text == failure_text("claims_get_policy_claims", "Policy 'POL-NOPE' not found.")
 
 
 def _task_with_timestamped_claim(tasks: list[Task]) -> tuple[Task, dict[str, Any]]:
@@ -181,16 +159,16 @@ def _task_with_timestamped_claim(tasks: list[Task]) -> tuple[Task, dict[str, Any
 
 
 def test_get_policy_claims_months_back_fails_on_timestamped_created_date(
-    bench: BenchData, auto: Domain, sqlite_db: Database
+    bench: BenchData, domain: Domain, sqlite_db: Database
 ) -> None:
     task, claim = _task_with_timestamped_claim(bench.tasks([DOMAIN]))
-    with Environment(auto, sqlite_db) as env:
+    with Environment(domain, sqlite_db) as env:
         env.apply_patch(task.data_patch)
         plain = call(env, "claims_get_policy_claims", {"policy_id": claim["policy_id"]})
         assert claim["id"] in [c["claim_id"] for c in plain["claims"]]
         newest = max(c.created_date for c in env.table(CLAIMS).all())
         text = env.call_tool("claims_get_policy_claims", {"policy_id": claim["policy_id"], "months_back": 6})
-    assert text == error("claims_get_policy_claims", f"unconverted data remains: {newest[10:]}")
+    assert text == failure_text("claims_get_policy_claims", f"unconverted data remains: {newest[10:]}")
 
 
 def test_get_vehicle_claims_filters_open_only(env: Environment) -> None:
@@ -204,7 +182,7 @@ def test_get_vehicle_claims_filters_open_only(env: Environment) -> None:
 
 def test_get_vehicle_claims_unknown_vehicle(env: Environment) -> None:
     text = env.call_tool("claims_get_vehicle_claims", {"vehicle_id": "VEH-NOPE"})
-    assert text == error("claims_get_vehicle_claims", "Vehicle 'VEH-NOPE' not found.")
+    assert text == failure_text("claims_get_vehicle_claims", "Vehicle 'VEH-NOPE' not found.")
 
 
 def test_get_driver_claims_closed_only_history(env: Environment) -> None:
@@ -219,4 +197,4 @@ def test_get_driver_claims_closed_only_history(env: Environment) -> None:
 
 def test_get_driver_claims_unknown_driver(env: Environment) -> None:
     text = env.call_tool("claims_get_driver_claims", {"driver_id": "DRV-NOPE"})
-    assert text == error("claims_get_driver_claims", "Driver 'DRV-NOPE' not found.")
+    assert text == failure_text("claims_get_driver_claims", "Driver 'DRV-NOPE' not found.")

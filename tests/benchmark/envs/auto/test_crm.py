@@ -6,41 +6,20 @@ phone nor a security question/answer.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from benchmark.envs import Database, Domain, Environment, load_domain
+from benchmark.envs import Domain, Environment
 from benchmark.envs.auto import crm
-from benchmark.tasks import BenchData
+from tests.support.envs import call, failure_text
 
 CUSTOMERS = crm.CUSTOMERS
 
 
-@pytest.fixture(scope="module")
-def auto(bench: BenchData) -> Domain:
-    return load_domain("sandbox_auto_insurance", bench.bundle)
-
-
-@pytest.fixture
-def env(auto: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(auto, sqlite_db) as environment:
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(tool: str, message: str) -> str:
-    return json.dumps({"error": f"Tool execution failed: {message}", "tool": tool})
-
-
-def test_all_crm_tools_are_read_only(auto: Domain) -> None:
+def test_all_crm_tools_are_read_only(domain: Domain) -> None:
     assert set(crm.TOOLS) == crm.READ_ONLY
-    assert not any(auto.tools[name].writes for name in crm.TOOLS)
+    assert not any(domain.tools[name].writes for name in crm.TOOLS)
 
 
 def test_get_customer_by_email_is_case_insensitive_and_takes_first_match(env: Environment) -> None:
@@ -52,7 +31,9 @@ def test_get_customer_by_email_is_case_insensitive_and_takes_first_match(env: En
 
 def test_get_customer_by_email_unknown(env: Environment) -> None:
     text = env.call_tool("crm_get_customer_by_email", {"email": "nobody@example.com"})
-    assert text == error("crm_get_customer_by_email", "No customer found with email 'nobody@example.com'")
+    assert text == failure_text(
+        "crm_get_customer_by_email", "No customer found with email 'nobody@example.com'"
+    )
 
 
 def test_get_customer_profile_hides_secrets(env: Environment) -> None:
@@ -72,7 +53,7 @@ def test_get_customer_profile_drops_missing_optional_fields(env: Environment) ->
 
 def test_get_customer_profile_unknown(env: Environment) -> None:
     text = env.call_tool("crm_get_customer_profile", {"customer_id": "CUS-NOPE"})
-    assert text == error("crm_get_customer_profile", "Customer with ID 'CUS-NOPE' not found")
+    assert text == failure_text("crm_get_customer_profile", "Customer with ID 'CUS-NOPE' not found")
 
 
 @pytest.mark.parametrize(
@@ -104,11 +85,11 @@ def test_verify_identity_without_stored_answer_fails_verification(env: Environme
 
 def test_verify_identity_needs_a_credential_before_the_lookup(env: Environment) -> None:
     text = env.call_tool("crm_verify_identity", {"customer_id": "CUS-NOPE", "ssn_last_4": None})
-    assert text == error(
+    assert text == failure_text(
         "crm_verify_identity", "Must provide either ssn_last_4 or security_answer for verification"
     )
 
 
 def test_verify_identity_unknown_customer(env: Environment) -> None:
     text = env.call_tool("crm_verify_identity", {"customer_id": "CUS-NOPE", "ssn_last_4": "1234"})
-    assert text == error("crm_verify_identity", "Customer with ID 'CUS-NOPE' not found")
+    assert text == failure_text("crm_verify_identity", "Customer with ID 'CUS-NOPE' not found")

@@ -8,48 +8,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from benchmark.envs import Database, Domain, Environment, load_domain
+from benchmark.envs import Database, Domain, Environment
 from benchmark.envs.auto import policy
 from benchmark.tasks import BenchData
+from tests.support.envs import call, failure, stored
 
 DOMAIN = "sandbox_auto_insurance"
-
-
-@pytest.fixture(scope="module")
-def auto(bench: BenchData) -> Domain:
-    return load_domain(DOMAIN, bench.bundle)
-
-
-@pytest.fixture
-def env(auto: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(auto, sqlite_db) as environment:
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(tool: str, message: str) -> dict[str, str]:
-    return {"error": f"Tool execution failed: {message}", "tool": tool}
-
-
-def stored(env: Environment, table: str, key: str) -> dict[str, Any]:
-    record = env.table(table).get(key)
-    assert record is not None
-    return record.model_dump(mode="json")
 
 
 def sha_id(prefix: str, seed: str) -> str:
     return prefix + hashlib.sha256(seed.encode()).hexdigest()[:8].upper()
 
 
-def test_read_only_lists_exactly_the_tools_that_never_write(auto: Domain) -> None:
+def test_read_only_lists_exactly_the_tools_that_never_write(domain: Domain) -> None:
     assert {
         "policy_get_policy_details",
         "policy_get_policy_drivers",
@@ -58,7 +33,7 @@ def test_read_only_lists_exactly_the_tools_that_never_write(auto: Domain) -> Non
         "lookup_validate_vin",
     } == policy.READ_ONLY
     for name in policy.TOOLS:
-        assert auto.tools[name].writes == (name not in policy.READ_ONLY)
+        assert domain.tools[name].writes == (name not in policy.READ_ONLY)
 
 
 def test_get_policy_details_renames_id_and_omits_nulls(env: Environment) -> None:
@@ -93,7 +68,7 @@ def test_get_policy_details_hides_lapse_dates(env: Environment) -> None:
 
 def test_get_policy_details_unknown_policy(env: Environment) -> None:
     out = call(env, "policy_get_policy_details", {"policy_id": "POL-X"})
-    assert out == error("policy_get_policy_details", "Policy with ID 'POL-X' not found")
+    assert out == failure("policy_get_policy_details", "Policy with ID 'POL-X' not found")
 
 
 def test_get_policy_drivers_all_and_active_only(env: Environment) -> None:
@@ -120,7 +95,7 @@ def test_get_policy_drivers_all_and_active_only(env: Environment) -> None:
 
 def test_get_policy_drivers_unknown_policy(env: Environment) -> None:
     out = call(env, "policy_get_policy_drivers", {"policy_id": "POL-X"})
-    assert out == error("policy_get_policy_drivers", "Policy with ID 'POL-X' not found")
+    assert out == failure("policy_get_policy_drivers", "Policy with ID 'POL-X' not found")
 
 
 def test_get_policy_vehicles_all_and_active_only(env: Environment) -> None:
@@ -150,7 +125,7 @@ def test_get_policy_vehicles_all_and_active_only(env: Environment) -> None:
 
 def test_get_policy_vehicles_unknown_policy(env: Environment) -> None:
     out = call(env, "policy_get_policy_vehicles", {"policy_id": "POL-X"})
-    assert out == error("policy_get_policy_vehicles", "Policy with ID 'POL-X' not found")
+    assert out == failure("policy_get_policy_vehicles", "Policy with ID 'POL-X' not found")
 
 
 def test_get_vehicle_details(env: Environment) -> None:
@@ -174,7 +149,7 @@ def test_get_vehicle_details(env: Environment) -> None:
 
 def test_get_vehicle_details_unknown_vehicle(env: Environment) -> None:
     out = call(env, "policy_get_vehicle_details", {"vehicle_id": "VEH-X"})
-    assert out == error("policy_get_vehicle_details", "Vehicle with ID 'VEH-X' not found")
+    assert out == failure("policy_get_vehicle_details", "Vehicle with ID 'VEH-X' not found")
 
 
 def test_add_driver_creates_hashed_row(env: Environment) -> None:
@@ -219,7 +194,7 @@ def test_add_driver_rejects_same_name_and_dob_on_policy(env: Environment) -> Non
         "effective_date": "2025-10-01",
     }
     before = env.table(policy.DRIVERS).count()
-    assert call(env, "policy_add_driver", args) == error(
+    assert call(env, "policy_add_driver", args) == failure(
         "policy_add_driver",
         "Driver with name 'Sarah Smith' and DOB '1987-07-22' already exists on this policy",
     )
@@ -237,7 +212,7 @@ def test_add_driver_unknown_policy(env: Environment) -> None:
         "status": "Rated",
         "effective_date": "2025-10-01",
     }
-    assert call(env, "policy_add_driver", args) == error(
+    assert call(env, "policy_add_driver", args) == failure(
         "policy_add_driver", "Policy with ID 'POL-X' not found"
     )
 
@@ -275,10 +250,10 @@ def test_add_vehicle_rejects_vin_already_on_policy(env: Environment) -> None:
         "model": "Accord",
         "effective_date": "2025-10-01",
     }
-    assert call(env, "policy_add_vehicle", args) == error(
+    assert call(env, "policy_add_vehicle", args) == failure(
         "policy_add_vehicle", "VIN '1HGCM82633A123456' already exists on this policy"
     )
-    assert call(env, "policy_add_vehicle", {**args, "policy_id": "POL-X"}) == error(
+    assert call(env, "policy_add_vehicle", {**args, "policy_id": "POL-X"}) == failure(
         "policy_add_vehicle", "Policy with ID 'POL-X' not found"
     )
 
@@ -317,11 +292,11 @@ def test_generate_document_link_rejects_bad_expiration_and_unknown_policy(env: E
         "expiration_date": "tomorrow",
     }
     count = env.table(policy.DOCUMENTS).count()
-    assert call(env, "policy_generate_document_link", args) == error(
+    assert call(env, "policy_generate_document_link", args) == failure(
         "policy_generate_document_link",
         "Invalid expiration_date format: 'tomorrow'. Expected ISO 8601 format (e.g., '2024-01-16T10:05:00Z')",
     )
-    assert call(env, "policy_generate_document_link", {**args, "policy_id": "POL-X"}) == error(
+    assert call(env, "policy_generate_document_link", {**args, "policy_id": "POL-X"}) == failure(
         "policy_generate_document_link", "Policy with ID 'POL-X' not found"
     )
     assert env.table(policy.DOCUMENTS).count() == count
@@ -347,7 +322,7 @@ def test_schedule_cancellation_sets_pending(env: Environment) -> None:
 
 def test_schedule_cancellation_unknown_policy(env: Environment) -> None:
     args = {"policy_id": "POL-X", "cancellation_date": "2025-10-15", "cancellation_reason": "Fraud"}
-    assert call(env, "policy_schedule_cancellation", args) == error(
+    assert call(env, "policy_schedule_cancellation", args) == failure(
         "policy_schedule_cancellation", "Policy with ID 'POL-X' not found"
     )
 
@@ -364,18 +339,20 @@ def test_reinstate_without_lapse_keeps_old_lapse_dates(env: Environment) -> None
 
 
 def test_reinstate_unknown_policy(env: Environment) -> None:
-    assert call(env, "policy_reinstate_policy", {"policy_id": "POL-X", "lapse_flag": True}) == error(
+    assert call(env, "policy_reinstate_policy", {"policy_id": "POL-X", "lapse_flag": True}) == failure(
         "policy_reinstate_policy", "Policy with ID 'POL-X' not found"
     )
 
 
-def test_reinstate_cancelled_policy_from_a_task(auto: Domain, bench: BenchData, sqlite_db: Database) -> None:
+def test_reinstate_cancelled_policy_from_a_task(
+    domain: Domain, bench: BenchData, sqlite_db: Database
+) -> None:
     def cancelled(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [r for r in rows if r.get("status") == "Cancelled for Non-Payment"]
 
     task = next(t for t in bench.tasks([DOMAIN]) if cancelled(t.data_patch.get(policy.POLICIES, [])))
     policy_id = cancelled(task.data_patch[policy.POLICIES])[0]["id"]
-    with Environment(auto, sqlite_db) as env:
+    with Environment(domain, sqlite_db) as env:
         env.apply_patch(task.data_patch)
         args = {
             "policy_id": policy_id,
@@ -417,7 +394,7 @@ def test_update_driver_status_excluded_leaves_removal_date(env: Environment) -> 
     row = stored(env, policy.DRIVERS, "DRV-00011111")
     assert (row["status"], row["effective_date"], row["removal_date"]) == ("Excluded", "2025-10-04", None)
     missing = {**args, "driver_id": "DRV-X"}
-    assert call(env, "policy_update_driver_status", missing) == error(
+    assert call(env, "policy_update_driver_status", missing) == failure(
         "policy_update_driver_status", "Driver with ID 'DRV-X' not found"
     )
 
@@ -435,7 +412,7 @@ def test_update_vehicle_status_keeps_effective_date(env: Environment) -> None:
         "2025-10-05",
     )
     missing = {**args, "vehicle_id": "VEH-X"}
-    assert call(env, "policy_update_vehicle_status", missing) == error(
+    assert call(env, "policy_update_vehicle_status", missing) == failure(
         "policy_update_vehicle_status", "Vehicle with ID 'VEH-X' not found"
     )
 
@@ -454,9 +431,9 @@ def test_validate_vin_decodes(env: Environment, vin: str, expected: dict[str, An
 
 
 def test_validate_vin_rejects_bad_formats(env: Environment) -> None:
-    assert call(env, "lookup_validate_vin", {"vin": "1HGCM82633A12345"}) == error(
+    assert call(env, "lookup_validate_vin", {"vin": "1HGCM82633A12345"}) == failure(
         "lookup_validate_vin", "Invalid VIN format. VIN must be exactly 17 characters."
     )
-    assert call(env, "lookup_validate_vin", {"vin": "1HGCM82633A-23456"}) == error(
+    assert call(env, "lookup_validate_vin", {"vin": "1HGCM82633A-23456"}) == failure(
         "lookup_validate_vin", "Invalid VIN format. VIN must contain only letters and numbers."
     )

@@ -8,64 +8,28 @@ cancelled booking of customer CUS-T1, and group GRP-T1 with two member bookings.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from benchmark.envs import Database, Domain, Environment, load_domain
+from benchmark.envs import Domain, Environment
 from benchmark.envs.booking import bookings
 from benchmark.envs.booking.common import BOOKINGS, GROUP_BOOKINGS, HOTELS, INVENTORY
-from benchmark.tasks import BenchData
+from tests.support.booking import STAMP, booking, hotel, night
+from tests.support.envs import Patch, call, failure, stored
 
-STAMP = "2025-01-01T10:00:00Z"
+
+@pytest.fixture
+def env_patch() -> Patch:
+    return PATCH
 
 
 def _hotel(row_id: str, hotel_id: str, name: str, tier: str) -> dict[str, Any]:
-    return {
-        "id": row_id,
-        "hotel_id": hotel_id,
-        "hotel_name": name,
-        "location": "Boston",
-        "partner_tier": tier,
-        "contact_name": "Front Desk",
-        "contact_email": f"desk@{hotel_id.lower()}.example",
-        "contact_phone": "+1-617-000-0000",
-        "created_at": STAMP,
-        "updated_at": STAMP,
-    }
+    return hotel(row_id, hotel_id, hotel_name=name, partner_tier=tier)
 
 
 def _night(row_id: str, hotel_id: str, date: str, count: int, price: str, board: str) -> dict[str, Any]:
-    return {
-        "id": row_id,
-        "hotel_id": hotel_id,
-        "room_type": "deluxe_room",
-        "board_type": board,
-        "date": f"{date}T00:00:00Z",
-        "available_count": count,
-        "price_per_night": price,
-        "created_at": STAMP,
-        "updated_at": STAMP,
-    }
-
-
-def _booking(row_id: str, reference: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "id": row_id,
-        "booking_reference": reference,
-        "customer_id": "CUS-T1",
-        "hotel_id": "HTL-T1",
-        "check_in_date": "2025-12-01T15:00:00Z",
-        "check_out_date": "2025-12-03T11:00:00Z",
-        "booking_value": "380.00",
-        "room_type": "deluxe_room",
-        "board_type": "with_breakfast",
-        "adults_count": 2,
-        "created_at": "2025-09-01T10:00:00Z",
-        "updated_at": "2025-09-01T10:00:00Z",
-        **extra,
-    }
+    return night(row_id, hotel_id, date, count, price_per_night=price, board_type=board)
 
 
 PATCH: dict[str, list[dict[str, Any]]] = {
@@ -82,10 +46,10 @@ PATCH: dict[str, list[dict[str, Any]]] = {
         _night("INV-T6", "HTL-T2", "2025-12-01", 0, "100.00", "with_breakfast"),
     ],
     BOOKINGS: [
-        _booking("BKG-ROW1", "BKG-10000001"),
-        _booking("BKG-ROW2", "BKG-10000002", booking_status="cancelled", created_at="2025-09-10T10:00:00Z"),
-        _booking("BKG-ROW3", "BKG-10000003", customer_id="CUS-G1", group_booking_id="GRP-T1"),
-        _booking(
+        booking("BKG-ROW1", "BKG-10000001"),
+        booking("BKG-ROW2", "BKG-10000002", booking_status="cancelled", created_at="2025-09-10T10:00:00Z"),
+        booking("BKG-ROW3", "BKG-10000003", customer_id="CUS-G1", group_booking_id="GRP-T1"),
+        booking(
             "BKG-ROW4",
             "BKG-10000004",
             customer_id="CUS-G2",
@@ -113,32 +77,6 @@ PATCH: dict[str, list[dict[str, Any]]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def booking(bench: BenchData) -> Domain:
-    return load_domain("external_booking_v1", bench.bundle)
-
-
-@pytest.fixture
-def env(booking: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(booking, sqlite_db) as environment:
-        environment.apply_patch(PATCH)
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(tool: str, message: str) -> dict[str, str]:
-    return {"error": f"Tool execution failed: {message}", "tool": tool}
-
-
-def row(env: Environment, table: str, key: str) -> dict[str, Any]:
-    record = env.table(table).get(key)
-    assert record is not None
-    return record.model_dump(mode="json")
-
-
 def stay(hotel_id: str, check_in: str, check_out: str, board: str = "with_breakfast") -> dict[str, Any]:
     return {
         "hotel_id": hotel_id,
@@ -151,11 +89,11 @@ def stay(hotel_id: str, check_in: str, check_out: str, board: str = "with_breakf
     }
 
 
-def test_read_only_lists_exactly_the_tools_that_never_write(booking: Domain) -> None:
+def test_read_only_lists_exactly_the_tools_that_never_write(domain: Domain) -> None:
     writers = {"booking_api_modify_booking", "booking_api_modify_group_booking"}
     assert set(bookings.TOOLS) - writers == bookings.READ_ONLY
     for name in bookings.TOOLS:
-        assert booking.tools[name].writes == (name not in bookings.READ_ONLY)
+        assert domain.tools[name].writes == (name not in bookings.READ_ONLY)
 
 
 def test_check_availability_takes_the_minimum_over_the_stay(env: Environment) -> None:
@@ -180,13 +118,13 @@ def test_check_availability_takes_the_minimum_over_the_stay(env: Environment) ->
 
 def test_check_availability_errors(env: Environment) -> None:
     tool = "booking_api_check_hotel_availability"
-    assert call(env, tool, stay("HTL-T2", "2025-12-01", "2025-12-02")) == error(
+    assert call(env, tool, stay("HTL-T2", "2025-12-01", "2025-12-02")) == failure(
         tool, "Hotel not found with hotel_id 'HTL-T2'"
     )
-    assert call(env, tool, stay("HTL-T1", "2025-12-02", "2025-12-02T23:00:00Z")) == error(
+    assert call(env, tool, stay("HTL-T1", "2025-12-02", "2025-12-02T23:00:00Z")) == failure(
         tool, "Check-in date must be before check-out date"
     )
-    assert call(env, tool, stay("HTL-T1", "soon", "2025-12-02")) == error(
+    assert call(env, tool, stay("HTL-T1", "soon", "2025-12-02")) == failure(
         tool, "Invalid date format: Invalid isoformat string: 'soon'"
     )
 
@@ -197,13 +135,13 @@ def test_get_booking_by_reference_or_customer(env: Environment) -> None:
     assert by_ref["id"] == "BKG-ROW2" and by_ref["booking_status"] == "cancelled"
     assert by_ref["booking_value"] == "380.00" and by_ref["corporate_account_id"] is None
     assert call(env, tool, {"customer_id": "CUS-T1"})["booking_data"]["id"] == "BKG-ROW1"
-    assert call(env, tool, {"booking_reference": "", "customer_id": ""}) == error(
+    assert call(env, tool, {"booking_reference": "", "customer_id": ""}) == failure(
         tool, "Either booking_reference or customer_id must be provided"
     )
-    assert call(env, tool, {"booking_reference": "BKG-NOPE", "customer_id": "CUS-T1"}) == error(
+    assert call(env, tool, {"booking_reference": "BKG-NOPE", "customer_id": "CUS-T1"}) == failure(
         tool, "Booking not found with booking_reference 'BKG-NOPE'"
     )
-    assert call(env, tool, {"customer_id": "CUS-NOPE"}) == error(
+    assert call(env, tool, {"customer_id": "CUS-NOPE"}) == failure(
         tool, "Booking not found with customer_id 'CUS-NOPE'"
     )
 
@@ -213,14 +151,14 @@ def test_get_booking_history_is_newest_first(env: Environment) -> None:
     history = call(env, tool, {"customer_id": "CUS-T1"})["bookings"]
     assert [b["id"] for b in history] == ["BKG-ROW2", "BKG-ROW1"]
     assert call(env, tool, {"customer_id": "CUS-NOPE"}) == {"bookings": []}
-    assert call(env, tool, {}) == error(tool, "Input validation failed: customer_id: Field required")
+    assert call(env, tool, {}) == failure(tool, "Input validation failed: customer_id: Field required")
 
 
-def test_get_group_booking(env: Environment) -> None:
+def test_get_groupbooking(env: Environment) -> None:
     tool = "booking_api_get_group_booking"
     group = call(env, tool, {"group_booking_id": "GRP-T1"})["group_booking_data"]
     assert group["id"] == "GRP-ROW1" and group["total_rooms"] == 3
-    assert call(env, tool, {"group_booking_id": "GRP-ROW1"}) == error(
+    assert call(env, tool, {"group_booking_id": "GRP-ROW1"}) == failure(
         tool, "Group booking not found with group_booking_id 'GRP-ROW1'"
     )
 
@@ -230,15 +168,15 @@ def test_modify_booking_records_history_and_reprices(env: Environment) -> None:
     out = call(env, tool, {"booking_reference": "BKG-10000001", "check_out_date": "2025-12-04T11:00:00Z"})
     line = "2025-11-25T10:00:00Z: check_out_date: 2025-12-03T11:00:00Z -> 2025-12-04T11:00:00Z"
     assert out["price_difference"] == "220.00"
-    stored = row(env, BOOKINGS, "BKG-ROW1")
-    assert out["updated_booking"] == stored
-    assert stored["booking_value"] == "600.00" and stored["modification_history"] == [line]
-    assert stored["updated_at"] == "2025-11-25T10:00:00Z"
+    saved = stored(env, BOOKINGS, "BKG-ROW1")
+    assert out["updated_booking"] == saved
+    assert saved["booking_value"] == "600.00" and saved["modification_history"] == [line]
+    assert saved["updated_at"] == "2025-11-25T10:00:00Z"
     second = call(
         env, tool, {"booking_reference": "BKG-10000001", "adults_count": 3, "special_requests": ["crib"]}
     )
     assert second["price_difference"] == "0.00"
-    assert row(env, BOOKINGS, "BKG-ROW1")["modification_history"] == [
+    assert stored(env, BOOKINGS, "BKG-ROW1")["modification_history"] == [
         line,
         "2025-11-25T10:00:00Z: adults_count: 2 -> 3; special_requests updated",
     ]
@@ -251,9 +189,9 @@ def test_modify_booking_without_priced_nights_keeps_value(env: Environment) -> N
         {"booking_reference": "BKG-10000001", "room_type": "suite", "booking_status": "cancelled"},
     )
     assert out["price_difference"] == "0.00"
-    stored = row(env, BOOKINGS, "BKG-ROW1")
-    assert stored["booking_value"] == "380.00" and stored["booking_status"] == "cancelled"
-    assert stored["modification_history"] == [
+    saved = stored(env, BOOKINGS, "BKG-ROW1")
+    assert saved["booking_value"] == "380.00" and saved["booking_status"] == "cancelled"
+    assert saved["modification_history"] == [
         "2025-11-25T10:00:00Z: room_type: deluxe_room -> suite; booking_status: confirmed -> cancelled"
     ]
 
@@ -267,13 +205,13 @@ def test_modify_booking_no_op_writes_nothing(env: Environment) -> None:
 
 def test_modify_booking_errors(env: Environment) -> None:
     tool = "booking_api_modify_booking"
-    assert call(env, tool, {"booking_reference": "BKG-10000002", "adults_count": 1}) == error(
+    assert call(env, tool, {"booking_reference": "BKG-10000002", "adults_count": 1}) == failure(
         tool, "Booking cannot be modified. Current status is 'cancelled', must be 'confirmed'"
     )
-    assert call(env, tool, {"booking_reference": "BKG-NOPE"}) == error(
+    assert call(env, tool, {"booking_reference": "BKG-NOPE"}) == failure(
         tool, "Booking not found with booking_reference 'BKG-NOPE'"
     )
-    assert call(env, tool, {"booking_reference": "BKG-10000001", "x": 1}) == error(
+    assert call(env, tool, {"booking_reference": "BKG-10000001", "x": 1}) == failure(
         tool, "Input validation failed: x: Extra inputs are not permitted"
     )
 
@@ -293,9 +231,9 @@ def test_modify_group_booking_cascades_to_members(env: Environment) -> None:
     )
     assert out["modified_booking_references"] == ["BKG-10000003", "BKG-10000004"]
     assert out["total_price_difference"] == "40.00"
-    group = row(env, GROUP_BOOKINGS, "GRP-ROW1")
+    group = stored(env, GROUP_BOOKINGS, "GRP-ROW1")
     assert out["updated_group_booking"] == group and group["updated_at"] == "2025-11-25T10:00:00Z"
-    first, second = row(env, BOOKINGS, "BKG-ROW3"), row(env, BOOKINGS, "BKG-ROW4")
+    first, second = stored(env, BOOKINGS, "BKG-ROW3"), stored(env, BOOKINGS, "BKG-ROW4")
     assert first["booking_value"] == "400.00" and first["check_in_date"] == "2025-12-02T15:00:00Z"
     assert first["modification_history"] == [
         "2025-11-25T10:00:00Z: check_in_date updated via group booking GRP-T1; "
@@ -318,13 +256,13 @@ def test_modify_group_booking_without_cascade_and_errors(env: Environment) -> No
         },
     )
     assert out["modified_booking_references"] == [] and out["total_price_difference"] == "0.00"
-    assert row(env, GROUP_BOOKINGS, "GRP-ROW1")["check_out_date"] == "2025-12-05T11:00:00Z"
-    assert row(env, BOOKINGS, "BKG-ROW3")["check_out_date"] == "2025-12-03T11:00:00Z"
+    assert stored(env, GROUP_BOOKINGS, "GRP-ROW1")["check_out_date"] == "2025-12-05T11:00:00Z"
+    assert stored(env, BOOKINGS, "BKG-ROW3")["check_out_date"] == "2025-12-03T11:00:00Z"
     assert call(
         env,
         tool,
         {"group_booking_id": "GRP-NOPE", "modification_details": {}, "cascade_to_individual_bookings": True},
-    ) == error(tool, "Group booking not found with group_booking_id 'GRP-NOPE'")
+    ) == failure(tool, "Group booking not found with group_booking_id 'GRP-NOPE'")
 
 
 def test_search_hotels_by_location_averages_prices(env: Environment) -> None:
@@ -344,6 +282,6 @@ def test_search_hotels_by_location_averages_prices(env: Environment) -> None:
         ]
     }
     assert call(env, tool, {**args, "location": "Atlantis"}) == {"hotels": []}
-    assert call(env, tool, {**args, "check_out_date": "2025-12-01T18:00:00Z"}) == error(
+    assert call(env, tool, {**args, "check_out_date": "2025-12-01T18:00:00Z"}) == failure(
         tool, "Check-in date must be before check-out date"
     )

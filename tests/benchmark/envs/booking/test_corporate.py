@@ -6,34 +6,31 @@ with two confirmed bookings and one cancelled booking, plus a booking of another
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from benchmark.envs import Database, Domain, Environment, load_domain
+from benchmark.envs import Environment
 from benchmark.envs.booking import corporate
-from benchmark.tasks import BenchData
+from tests.support.booking import booking
+from tests.support.envs import Patch, call, failure
+
+
+@pytest.fixture
+def env_patch() -> Patch:
+    return PATCH
 
 
 def _booking(row_id: str, reference: str, account: str, status: str, created: str) -> dict[str, Any]:
-    return {
-        "id": row_id,
-        "booking_reference": reference,
-        "customer_id": "CUS-T1",
-        "hotel_id": "HTL-00012345",
-        "check_in_date": "2025-12-01T15:00:00Z",
-        "check_out_date": "2025-12-03T11:00:00Z",
-        "booking_value": "380.00",
-        "room_type": "deluxe_room",
-        "board_type": "with_breakfast",
-        "adults_count": 2,
-        "booking_status": status,
-        "corporate_account_id": account,
-        "created_at": created,
-        "updated_at": created,
-    }
+    return booking(
+        row_id,
+        reference,
+        hotel_id="HTL-00012345",
+        booking_status=status,
+        corporate_account_id=account,
+        created_at=created,
+        updated_at=created,
+    )
 
 
 PATCH = {
@@ -61,26 +58,6 @@ PATCH = {
         _booking("BKG-ROW-4", "BKG-T4", "CRP-00012345", "confirmed", "2025-09-04T10:00:00Z"),
     ],
 }
-
-
-@pytest.fixture(scope="module")
-def domain(bench: BenchData) -> Domain:
-    return load_domain("external_booking_v1", bench.bundle)
-
-
-@pytest.fixture
-def env(domain: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(domain, sqlite_db) as environment:
-        environment.apply_patch(PATCH)
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(tool: str, message: str) -> dict[str, Any]:
-    return {"error": f"Tool execution failed: {message}", "tool": tool}
 
 
 def test_generate_corporate_invoice(env: Environment) -> None:
@@ -111,7 +88,7 @@ def test_generate_corporate_invoice_errors(
 ) -> None:
     tool = "corporate_api_generate_corporate_invoice"
     out = call(env, tool, {"booking_reference": booking, "corporate_account_id": account})
-    assert out == error(tool, message)
+    assert out == failure(tool, message)
 
 
 def test_get_account_details_renders_row_without_nulls(env: Environment) -> None:
@@ -127,10 +104,10 @@ def test_get_account_details_renders_row_without_nulls(env: Environment) -> None
 
 def test_get_account_details_errors(env: Environment) -> None:
     tool = "corporate_api_get_account_details"
-    assert call(env, tool, {"corporate_account_id": "INT-T1"}) == error(
+    assert call(env, tool, {"corporate_account_id": "INT-T1"}) == failure(
         tool, "Invalid corporate_account_id parameter."
     )
-    assert call(env, tool, {"corporate_account_id": "CRP-NONE"}) == error(
+    assert call(env, tool, {"corporate_account_id": "CRP-NONE"}) == failure(
         tool, "Corporate account not found."
     )
 
@@ -146,7 +123,7 @@ def test_get_corporate_booking_history_newest_first(env: Environment) -> None:
 
 def test_get_corporate_booking_history_unknown_account(env: Environment) -> None:
     tool = "corporate_api_get_corporate_booking_history"
-    assert call(env, tool, {"corporate_account_id": "CRP-NONE"}) == error(
+    assert call(env, tool, {"corporate_account_id": "CRP-NONE"}) == failure(
         tool, "Corporate account not found."
     )
 
@@ -161,8 +138,10 @@ def test_verify_account_status_counts_confirmed_bookings(env: Environment) -> No
 
 def test_verify_account_status_errors(env: Environment) -> None:
     tool = "corporate_api_verify_account_status"
-    assert call(env, tool, {}) == error(tool, "Input validation failed: corporate_account_id: Field required")
-    assert call(env, tool, {"corporate_account_id": "crp-T1"}) == error(
+    assert call(env, tool, {}) == failure(
+        tool, "Input validation failed: corporate_account_id: Field required"
+    )
+    assert call(env, tool, {"corporate_account_id": "crp-T1"}) == failure(
         tool, "Invalid corporate_account_id parameter."
     )
 

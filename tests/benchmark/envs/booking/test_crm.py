@@ -6,15 +6,13 @@ loyalty status, with preferences and a mixed-case email.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from benchmark.envs import Database, Domain, Environment, load_domain
+from benchmark.envs import Environment
 from benchmark.envs.booking import crm
-from benchmark.tasks import BenchData
+from tests.support.envs import Patch, call, failure
 
 PROFILES = "crm_api_customer_profiles"
 
@@ -38,24 +36,9 @@ PATCH = {
 }
 
 
-@pytest.fixture(scope="module")
-def domain(bench: BenchData) -> Domain:
-    return load_domain("external_booking_v1", bench.bundle)
-
-
 @pytest.fixture
-def env(domain: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(domain, sqlite_db) as environment:
-        environment.apply_patch(PATCH)
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(tool: str, message: str) -> dict[str, Any]:
-    return {"error": f"Tool execution failed: {message}", "tool": tool}
+def env_patch() -> Patch:
+    return PATCH
 
 
 def test_check_vip_status_omits_missing_loyalty(env: Environment) -> None:
@@ -68,14 +51,14 @@ def test_check_vip_status_omits_missing_loyalty(env: Environment) -> None:
 )
 def test_check_vip_status_errors(env: Environment, customer_id: str, message: str) -> None:
     tool = "crm_api_check_vip_status"
-    assert call(env, tool, {"customer_id": customer_id}) == error(tool, message)
+    assert call(env, tool, {"customer_id": customer_id}) == failure(tool, message)
 
 
 def test_get_customer_preferences(env: Environment) -> None:
     out = call(env, "crm_api_get_customer_preferences", {"customer_id": "CUS-C1"})
     assert out == {"preferences": ["quiet room"], "special_notes": ["allergic to feathers"]}
     tool = "crm_api_get_customer_preferences"
-    assert call(env, tool, {"customer_id": "CUS-NO"}) == error(tool, "Customer not found.")
+    assert call(env, tool, {"customer_id": "CUS-NO"}) == failure(tool, "Customer not found.")
 
 
 def test_get_customer_profile_by_id_and_email(env: Environment) -> None:
@@ -94,8 +77,8 @@ def test_get_customer_profile_by_id_and_email(env: Environment) -> None:
 
 def test_get_customer_profile_errors(env: Environment) -> None:
     tool = "crm_api_get_customer_profile"
-    assert call(env, tool, {}) == error(tool, "Invalid parameters: provide customer_id or email.")
-    assert call(env, tool, {"email": "nobody@example.com"}) == error(tool, "Customer not found.")
+    assert call(env, tool, {}) == failure(tool, "Invalid parameters: provide customer_id or email.")
+    assert call(env, tool, {"email": "nobody@example.com"}) == failure(tool, "Customer not found.")
 
 
 def test_update_customer_info_sets_fields_in_input_order(env: Environment) -> None:
@@ -128,7 +111,7 @@ def test_update_customer_info_refusals_write_nothing(
     env: Environment, args: dict[str, Any], message: str
 ) -> None:
     before = env.state_hash()
-    assert call(env, "crm_api_update_customer_info", args) == error("crm_api_update_customer_info", message)
+    assert call(env, "crm_api_update_customer_info", args) == failure("crm_api_update_customer_info", message)
     assert env.state_hash() == before
 
 

@@ -8,45 +8,35 @@ BKG-10000001 of customer CUS-T1.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from benchmark.envs import Database, Domain, Environment, load_domain
+from benchmark.envs import Domain, Environment
 from benchmark.envs.booking import hotels
 from benchmark.envs.booking.common import BOOKINGS, HOTELS, INVENTORY, TICKETS
-from benchmark.tasks import BenchData
+from tests.support.booking import STAMP, hotel, night
+from tests.support.envs import Patch, call, failure
 
-STAMP = "2025-01-01T10:00:00Z"
-HOTEL = {
-    "id": "HTL-T1",
-    "hotel_id": "HTL-T1",
-    "hotel_name": "Harbor Grand",
-    "location": "Boston",
-    "partner_tier": "premium",
-    "contact_name": "Front Desk",
-    "contact_email": "desk@harbor.example",
-    "contact_phone": "+1-617-000-0000",
-    "escalation_contact": "manager@harbor.example",
-    "amenities": ["wifi", "gym"],
-    "created_at": STAMP,
-    "updated_at": STAMP,
-}
+HOTEL = hotel(
+    "HTL-T1",
+    "HTL-T1",
+    partner_tier="premium",
+    contact_email="desk@harbor.example",
+    escalation_contact="manager@harbor.example",
+    amenities=["wifi", "gym"],
+)
+
+
+@pytest.fixture
+def env_patch() -> Patch:
+    return PATCH
 
 
 def _night(row_id: str, hotel_id: str, date: str, count: int) -> dict[str, Any]:
-    return {
-        "id": row_id,
-        "hotel_id": hotel_id,
-        "room_type": "suite",
-        "board_type": "half_board",
-        "date": f"{date}T00:00:00Z",
-        "available_count": count,
-        "price_per_night": "300.00",
-        "created_at": STAMP,
-        "updated_at": STAMP,
-    }
+    return night(
+        row_id, hotel_id, date, count, room_type="suite", board_type="half_board", price_per_night="300.00"
+    )
 
 
 PATCH: dict[str, list[dict[str, Any]]] = {
@@ -84,26 +74,6 @@ PATCH: dict[str, list[dict[str, Any]]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def booking(bench: BenchData) -> Domain:
-    return load_domain("external_booking_v1", bench.bundle)
-
-
-@pytest.fixture
-def env(booking: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(booking, sqlite_db) as environment:
-        environment.apply_patch(PATCH)
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(tool: str, message: str) -> dict[str, str]:
-    return {"error": f"Tool execution failed: {message}", "tool": tool}
-
-
 def stay(hotel_id: str, check_in: str, check_out: str) -> dict[str, Any]:
     return {
         "hotel_id": hotel_id,
@@ -125,10 +95,10 @@ def escalation(hotel_id: str, reference: str = "BKG-10000001") -> dict[str, Any]
     }
 
 
-def test_read_only_lists_exactly_the_tools_that_never_write(booking: Domain) -> None:
+def test_read_only_lists_exactly_the_tools_that_never_write(domain: Domain) -> None:
     assert set(hotels.TOOLS) - {"hotel_partner_api_escalate_to_hotel"} == hotels.READ_ONLY
     for name in hotels.TOOLS:
-        assert booking.tools[name].writes == (name not in hotels.READ_ONLY)
+        assert domain.tools[name].writes == (name not in hotels.READ_ONLY)
 
 
 def test_escalate_creates_numbered_open_incident_tickets(env: Environment) -> None:
@@ -164,8 +134,8 @@ def test_escalate_creates_numbered_open_incident_tickets(env: Environment) -> No
 def test_escalate_errors_write_nothing(env: Environment) -> None:
     tool = "hotel_partner_api_escalate_to_hotel"
     before = env.state_hash()
-    assert call(env, tool, escalation("HTL-ROW2")) == error(tool, "Hotel 'HTL-ROW2' not found.")
-    assert call(env, tool, escalation("HTL-T1", "BKG-NOPE")) == error(tool, "Booking 'BKG-NOPE' not found.")
+    assert call(env, tool, escalation("HTL-ROW2")) == failure(tool, "Hotel 'HTL-ROW2' not found.")
+    assert call(env, tool, escalation("HTL-T1", "BKG-NOPE")) == failure(tool, "Booking 'BKG-NOPE' not found.")
     assert call(env, tool, {**escalation("HTL-T1"), "issue_type": "other"})["error"].startswith(
         "Tool execution failed: Input validation failed: issue_type: Input should be"
     )
@@ -182,7 +152,7 @@ def test_get_hotel_contact_omits_missing_escalation_contact(env: Environment) ->
             "contact_phone": "+1-617-000-0000",
         }
     )
-    assert call(env, tool, {"hotel_id": "HTL-ROW2"}) == error(tool, "Hotel not found: HTL-ROW2")
+    assert call(env, tool, {"hotel_id": "HTL-ROW2"}) == failure(tool, "Hotel not found: HTL-ROW2")
 
 
 def test_get_hotel_info_returns_the_record_without_nulls(env: Environment) -> None:
@@ -195,7 +165,7 @@ def test_get_hotel_info_returns_the_record_without_nulls(env: Environment) -> No
     ]
     assert info["amenities"] == ["wifi", "gym"] and info["supports_pets"] is False
     assert "escalation_contact" not in call(env, tool, {"hotel_id": "HTL-T2"})["hotel_data"]
-    assert call(env, tool, {"hotel_id": "HTL-NOPE"}) == error(tool, "Hotel not found: HTL-NOPE")
+    assert call(env, tool, {"hotel_id": "HTL-NOPE"}) == failure(tool, "Hotel not found: HTL-NOPE")
 
 
 def test_verify_availability_counts_nights_in_range(env: Environment) -> None:
@@ -212,6 +182,6 @@ def test_verify_availability_counts_nights_in_range(env: Environment) -> None:
         "availability_confirmed": False,
         "confirmation_notes": "No inventory data available for this hotel/room combination.",
     }
-    assert call(env, tool, stay("HTL-NOPE", "2025-12-01", "2025-12-02")) == error(
+    assert call(env, tool, stay("HTL-NOPE", "2025-12-01", "2025-12-02")) == failure(
         tool, "Hotel not found: HTL-NOPE"
     )

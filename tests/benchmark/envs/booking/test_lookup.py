@@ -8,17 +8,16 @@ and a booking BKG-10000002 outside any group.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from benchmark.envs import Database, Domain, Environment, load_domain
+from benchmark.envs import Domain, Environment
 from benchmark.envs.booking import lookup
 from benchmark.envs.booking.common import BOOKINGS, CORPORATE_ACCOUNTS, GROUP_BOOKINGS, HOTELS
-from benchmark.tasks import BenchData
+from tests.support.booking import STAMP, booking, hotel
+from tests.support.envs import Patch, call, failure
 
-STAMP = "2025-01-01T10:00:00Z"
 ACCOUNT = {
     "id": "INT-T1",
     "corporate_account_id": "CRP-T1",
@@ -34,33 +33,14 @@ ACCOUNT = {
     "created_at": STAMP,
     "updated_at": STAMP,
 }
-HOTEL = {
-    "id": "HTL-ROW1",
-    "hotel_id": "HTL-T1",
-    "hotel_name": "Quayside Harbor Hotel",
-    "location": "Boston",
-    "partner_tier": "standard",
-    "contact_name": "Desk",
-    "contact_email": "desk@quayside.example",
-    "contact_phone": "+1-617-000-0000",
-    "created_at": STAMP,
-    "updated_at": STAMP,
-}
-BOOKING = {
-    "id": "BKG-ROW1",
-    "booking_reference": "BKG-10000001",
-    "customer_id": "CUS-T1",
-    "hotel_id": "HTL-T1",
-    "check_in_date": "2025-12-01T15:00:00Z",
-    "check_out_date": "2025-12-03T11:00:00Z",
-    "booking_value": "380.00",
-    "room_type": "deluxe_room",
-    "board_type": "with_breakfast",
-    "adults_count": 2,
-    "group_booking_id": "GRP-T1",
-    "created_at": STAMP,
-    "updated_at": STAMP,
-}
+HOTEL = hotel(
+    "HTL-ROW1",
+    "HTL-T1",
+    hotel_name="Quayside Harbor Hotel",
+    contact_name="Desk",
+    contact_email="desk@quayside.example",
+)
+BOOKING = booking("BKG-ROW1", "BKG-10000001", group_booking_id="GRP-T1", created_at=STAMP, updated_at=STAMP)
 PATCH: dict[str, list[dict[str, Any]]] = {
     CORPORATE_ACCOUNTS: [
         ACCOUNT,
@@ -97,29 +77,14 @@ PATCH: dict[str, list[dict[str, Any]]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def booking(bench: BenchData) -> Domain:
-    return load_domain("external_booking_v1", bench.bundle)
-
-
 @pytest.fixture
-def env(booking: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(booking, sqlite_db) as environment:
-        environment.apply_patch(PATCH)
-        yield environment
+def env_patch() -> Patch:
+    return PATCH
 
 
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(tool: str, message: str) -> dict[str, str]:
-    return {"error": f"Tool execution failed: {message}", "tool": tool}
-
-
-def test_all_lookup_tools_are_read_only(booking: Domain) -> None:
+def test_all_lookup_tools_are_read_only(domain: Domain) -> None:
     assert set(lookup.TOOLS) == lookup.READ_ONLY
-    assert not any(booking.tools[name].writes for name in lookup.TOOLS)
+    assert not any(domain.tools[name].writes for name in lookup.TOOLS)
 
 
 def test_lookup_corporate_account_by_name_then_email_domain(env: Environment) -> None:
@@ -137,9 +102,9 @@ def test_lookup_corporate_account_by_name_then_email_domain(env: Environment) ->
 
 def test_lookup_corporate_account_errors(env: Environment) -> None:
     tool = "lookup_lookup_corporate_account_id"
-    assert call(env, tool, {}) == error(tool, "Invalid parameters: provide company_name or customer_email.")
-    assert call(env, tool, {"customer_email": "no-at-sign"}) == error(tool, "Invalid email format.")
-    assert call(env, tool, {"company_name": "Nonesuch"}) == error(
+    assert call(env, tool, {}) == failure(tool, "Invalid parameters: provide company_name or customer_email.")
+    assert call(env, tool, {"customer_email": "no-at-sign"}) == failure(tool, "Invalid email format.")
+    assert call(env, tool, {"company_name": "Nonesuch"}) == failure(
         tool, "No corporate account found matching criteria."
     )
 
@@ -156,10 +121,10 @@ def test_lookup_group_booking_by_reference_or_coordinator(env: Environment) -> N
         call(env, tool, {"booking_reference": "BKG-10000002", "coordinator_email": "dana@events.EXAMPLE"})
         == expected
     )
-    assert call(env, tool, {"booking_reference": "BKG-10000002"}) == error(
+    assert call(env, tool, {"booking_reference": "BKG-10000002"}) == failure(
         tool, "No group booking found matching criteria or booking is not part of a group."
     )
-    assert call(env, tool, {"coordinator_email": ""}) == error(
+    assert call(env, tool, {"coordinator_email": ""}) == failure(
         tool, "Invalid parameters: provide booking_reference or coordinator_email."
     )
 
@@ -171,8 +136,8 @@ def test_lookup_hotel_by_name_or_location(env: Environment) -> None:
     }
     both = call(env, tool, {"hotel_name": "nothing-like-this", "location": "BOSTON"})["results"]
     assert [h["hotel_id"] for h in both] == ["HTL-T1", "HTL-T2"]
-    assert call(env, tool, {"location": "Atlantis"}) == error(tool, "No hotels found matching criteria.")
-    assert call(env, tool, {}) == error(tool, "Invalid parameters: provide hotel_name or location.")
+    assert call(env, tool, {"location": "Atlantis"}) == failure(tool, "No hotels found matching criteria.")
+    assert call(env, tool, {}) == failure(tool, "Invalid parameters: provide hotel_name or location.")
 
 
 def test_validate_booking_reference(env: Environment) -> None:
@@ -181,7 +146,7 @@ def test_validate_booking_reference(env: Environment) -> None:
         {"is_valid": True, "booking_id": "BKG-ROW2"}
     )
     assert env.call_tool(tool, {"booking_reference": "BKG-99999999"}) == json.dumps({"is_valid": False})
-    assert call(env, tool, {"booking_reference": "BKG-123"}) == error(
+    assert call(env, tool, {"booking_reference": "BKG-123"}) == failure(
         tool, "Invalid booking reference format."
     )
     lookup_copy = env.table("lookup_bookings").all()[0].booking_reference

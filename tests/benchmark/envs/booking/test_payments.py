@@ -6,18 +6,21 @@ its reference, and two transactions on it (an older successful charge and a newe
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
-from benchmark.envs import Database, Domain, Environment, load_domain
+from benchmark.envs import Environment
 from benchmark.envs.booking import payments
-from benchmark.tasks import BenchData
+from tests.support.envs import Patch, call, failure
 
 TXNS = "payment_api_transactions"
+
+
+@pytest.fixture
+def env_patch() -> Patch:
+    return PATCH
 
 
 def _txn(txn_id: str, status: str, created: str, **extra: Any) -> dict[str, Any]:
@@ -59,26 +62,6 @@ PATCH = {
 }
 
 
-@pytest.fixture(scope="module")
-def domain(bench: BenchData) -> Domain:
-    return load_domain("external_booking_v1", bench.bundle)
-
-
-@pytest.fixture
-def env(domain: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(domain, sqlite_db) as environment:
-        environment.apply_patch(PATCH)
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(tool: str, message: str) -> dict[str, Any]:
-    return {"error": f"Tool execution failed: {message}", "tool": tool}
-
-
 def test_check_payment_status_reports_latest_transaction(env: Environment) -> None:
     out = call(env, "payment_api_check_payment_status", {"booking_reference": "BKG-P1"})
     assert out == {"payment_status": "failed", "transaction_id": "TXN-P-NEW"}
@@ -87,7 +70,7 @@ def test_check_payment_status_reports_latest_transaction(env: Environment) -> No
 def test_check_payment_status_without_transactions(env: Environment) -> None:
     tool = "payment_api_check_payment_status"
     out = call(env, tool, {"booking_reference": "BKG-NONE"})
-    assert out == error(tool, "No transactions found for booking: BKG-NONE")
+    assert out == failure(tool, "No transactions found for booking: BKG-NONE")
 
 
 def test_generate_invoice_builds_frozen_url(env: Environment) -> None:
@@ -103,7 +86,7 @@ def test_generate_invoice_builds_frozen_url(env: Environment) -> None:
 def test_generate_invoice_matches_reference_not_row_id(env: Environment) -> None:
     tool = "payment_api_generate_invoice"
     out = call(env, tool, {"booking_reference": "BKG-ROW-1", "invoice_type": "receipt"})
-    assert out == error(tool, "Booking not found: BKG-ROW-1")
+    assert out == failure(tool, "Booking not found: BKG-ROW-1")
 
 
 def test_transaction_history_newest_first_without_nulls(env: Environment) -> None:
@@ -123,7 +106,7 @@ def test_transaction_history_newest_first_without_nulls(env: Environment) -> Non
 def test_transaction_history_needs_a_filter(env: Environment) -> None:
     tool = "payment_api_get_transaction_history"
     out = call(env, tool, {"customer_id": ""})
-    assert out == error(tool, "Either customer_id or booking_reference must be provided")
+    assert out == failure(tool, "Either customer_id or booking_reference must be provided")
 
 
 def test_process_charge_appends_rounded_charge(env: Environment) -> None:
@@ -159,7 +142,7 @@ def test_process_charge_appends_rounded_charge(env: Environment) -> None:
 )
 def test_process_charge_refusals_write_nothing(env: Environment, args: dict[str, Any], message: str) -> None:
     count = env.table(TXNS).count()
-    assert call(env, "payment_api_process_charge", args) == error("payment_api_process_charge", message)
+    assert call(env, "payment_api_process_charge", args) == failure("payment_api_process_charge", message)
     assert env.table(TXNS).count() == count
 
 
@@ -194,7 +177,7 @@ def test_process_refund_accepts_any_amount(env: Environment) -> None:
 def test_process_refund_unknown_booking(env: Environment) -> None:
     tool = "payment_api_process_refund"
     out = call(env, tool, {"booking_reference": "BKG-NO", "refund_amount": 5, "reason": "x"})
-    assert out == error(tool, "Booking not found: BKG-NO")
+    assert out == failure(tool, "Booking not found: BKG-NO")
 
 
 def test_process_charge_dispute_numbers_disputes(env: Environment) -> None:
@@ -212,9 +195,9 @@ def test_process_charge_dispute_numbers_disputes(env: Environment) -> None:
 def test_process_charge_dispute_rejects_unknown_transaction_and_extras(env: Environment) -> None:
     tool = "payment_api_process_charge_dispute"
     args = {"transaction_id": "TXN-NO", "dispute_reason": "r", "dispute_amount": 1}
-    assert call(env, tool, args) == error(tool, "Transaction not found: TXN-NO")
+    assert call(env, tool, args) == failure(tool, "Transaction not found: TXN-NO")
     out = call(env, tool, {**args, "transaction_id": "TXN-P-OLD", "extra": 1})
-    assert out == error(tool, "Input validation failed: extra: Extra inputs are not permitted")
+    assert out == failure(tool, "Input validation failed: extra: Extra inputs are not permitted")
 
 
 def test_update_payment_method_stores_nothing(env: Environment) -> None:
@@ -228,7 +211,7 @@ def test_update_payment_method_stores_nothing(env: Environment) -> None:
         call(env, tool, {"customer_id": "CUS-P1", "new_payment_method": "abc"})["payment_method_last4"]
         == "****"
     )
-    assert call(env, tool, {"customer_id": "CUS-NO", "new_payment_method": "tok"}) == error(
+    assert call(env, tool, {"customer_id": "CUS-NO", "new_payment_method": "tok"}) == failure(
         tool, "Customer not found: CUS-NO"
     )
     assert env.state_hash() == before

@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
-from collections.abc import Iterator
-from typing import Any
 
-import pytest
-
-from benchmark.envs import Database, Domain, Environment, load_domain
-from benchmark.tasks import BenchData
+from benchmark.envs import Environment
+from tests.support.envs import call, error_of
 
 DOMAIN = "sandbox_consulting"
 VPN = "client_access_vpn_access"
@@ -21,34 +16,6 @@ CLIENTS = "salesforce_crm_clients"
 ENROLLMENTS = "degreed_training_enrollments"
 FOLDERS = "box_folders"
 FOLDER_LOGS = "box_folder_access_logs"
-
-
-@pytest.fixture(scope="module")
-def domain(bench: BenchData) -> Domain:
-    return load_domain(DOMAIN, bench.bundle)
-
-
-@pytest.fixture(scope="module")
-def module_db() -> Iterator[Database]:
-    db = Database()
-    yield db
-    db.dispose()
-
-
-@pytest.fixture
-def env(domain: Domain, module_db: Database) -> Iterator[Environment]:
-    with Environment(domain, module_db) as environment:
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(env: Environment, tool: str, args: dict[str, Any]) -> str:
-    out = call(env, tool, args)
-    assert out["tool"] == tool
-    return out["error"]
 
 
 # --- client access ------------------------------------------------------------------------------
@@ -154,14 +121,14 @@ def test_client_access_errors(env: Environment) -> None:
         "system_name": "S",
     }
     assert (
-        error(env, "client_access_api", partial)
+        error_of(env, "client_access_api", partial)
         == "Tool execution failed: Missing required parameter: access_type"
     )
     assert env.table(SYSTEMS).count() == count
-    assert error(env, "client_access_api", {"action": "check_client_requirements", "client_id": "NOPE"}) == (
-        "Tool execution failed: Client not found: NOPE"
-    )
-    assert error(env, "client_access_api", {"action": "revoke_vpn"}) == (
+    assert error_of(
+        env, "client_access_api", {"action": "check_client_requirements", "client_id": "NOPE"}
+    ) == ("Tool execution failed: Client not found: NOPE")
+    assert error_of(env, "client_access_api", {"action": "revoke_vpn"}) == (
         "Tool execution failed: Missing required parameter: email"
     )
 
@@ -203,11 +170,11 @@ def test_background_check_defaults_timeline_and_errors(env: Environment) -> None
         "estimated_days": 28
     }
     count = env.table(CLEARANCES).count()
-    assert error(env, "background_check_api", {"action": "initiate", "email": "a@msg.com"}) == (
+    assert error_of(env, "background_check_api", {"action": "initiate", "email": "a@msg.com"}) == (
         "Tool execution failed: Missing required parameter: clearance_level"
     )
     assert env.table(CLEARANCES).count() == count
-    assert error(
+    assert error_of(
         env, "background_check_api", {"action": "get_timeline", "clearance_level": "top_secret"}
     ).startswith("Tool execution failed: Input validation failed: clearance_level: Input should be")
 
@@ -247,11 +214,11 @@ def test_nda_status_and_send_for_signature(env: Environment) -> None:
 
 def test_nda_errors(env: Environment) -> None:
     count = env.table(NDAS).count()
-    assert error(env, "nda_api", {"action": "send_for_signature", "email": "a@msg.com"}) == (
+    assert error_of(env, "nda_api", {"action": "send_for_signature", "email": "a@msg.com"}) == (
         "Tool execution failed: Missing required parameter: client_id"
     )
     assert env.table(NDAS).count() == count
-    assert error(env, "nda_api", {"action": "check_status", "email": "a@msg.com", "client_id": 7}) == (
+    assert error_of(env, "nda_api", {"action": "check_status", "email": "a@msg.com", "client_id": 7}) == (
         "Tool execution failed: Input validation failed: client_id: Input should be a valid string"
     )
 
@@ -306,11 +273,11 @@ def test_box_errors(env: Environment) -> None:
         "email": "g@msg.com",
         "permission_level": "viewer",
     }
-    assert error(env, "box_api", grant) == "Tool execution failed: Folder not found: NOPE"
+    assert error_of(env, "box_api", grant) == "Tool execution failed: Folder not found: NOPE"
     assert not env.table(FOLDER_LOGS).exists("FAL-2-000000")
-    assert error(env, "box_api", {"action": "grant_folder_access", "folder_id": "F"}) == (
+    assert error_of(env, "box_api", {"action": "grant_folder_access", "folder_id": "F"}) == (
         "Tool execution failed: Missing required parameter: email"
     )
-    assert error(env, "box_api", {"action": "get_folder_details"}) == (
+    assert error_of(env, "box_api", {"action": "get_folder_details"}) == (
         "Tool execution failed: Missing required parameter: folder_id"
     )

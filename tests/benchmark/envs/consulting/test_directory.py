@@ -7,38 +7,13 @@ Jennifer Patel holds the default ASN-0023456 assignment to ENG-0012345 (store ti
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from typing import Any
-
-import pytest
-
-from benchmark.envs import Database, Domain, Environment, load_domain
+from benchmark.envs import Domain, Environment
 from benchmark.envs.consulting import directory
-from benchmark.tasks import BenchData
+from tests.support.envs import call, failure_text
 
 
-@pytest.fixture(scope="module")
-def consulting(bench: BenchData) -> Domain:
-    return load_domain("sandbox_consulting", bench.bundle)
-
-
-@pytest.fixture
-def env(consulting: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(consulting, sqlite_db) as environment:
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(tool: str, message: str) -> str:
-    return json.dumps({"error": f"Tool execution failed: {message}", "tool": tool})
-
-
-def test_only_access_and_approval_creation_write(consulting: Domain) -> None:
-    writers = {name for name in directory.TOOLS if consulting.tools[name].writes}
+def test_only_access_and_approval_creation_write(domain: Domain) -> None:
+    writers = {name for name in directory.TOOLS if domain.tools[name].writes}
     assert writers == {"okta_provision_access", "approval_create_request"}
 
 
@@ -49,7 +24,7 @@ def test_catalog_get_details(env: Environment) -> None:
         == '{"id": "CAT-0078901", "name": "Notion Enterprise", "annual_cost": 600, "pool_type": "enterprise"}'
     )
     missing = env.call_tool("software_catalog_get_details", {"catalog_id": "CAT-NOPE"})
-    assert missing == error("software_catalog_get_details", "Software not found in catalog: CAT-NOPE")
+    assert missing == failure_text("software_catalog_get_details", "Software not found in catalog: CAT-NOPE")
 
 
 def test_catalog_search_is_case_insensitive_substring_in_store_order(env: Environment) -> None:
@@ -69,7 +44,7 @@ def test_catalog_search_is_case_insensitive_substring_in_store_order(env: Enviro
         "pool_type": "standard",
     }
     text = env.call_tool("software_catalog_search", {"software_name": "Nope"})
-    assert text == error("software_catalog_search", "No matching software found in catalog for: Nope")
+    assert text == failure_text("software_catalog_search", "No matching software found in catalog for: Nope")
 
 
 def test_check_employee_assignment(env: Environment) -> None:
@@ -95,7 +70,7 @@ def test_check_employee_assignment(env: Environment) -> None:
 
 def test_check_employee_assignment_requires_both_fields(env: Environment) -> None:
     text = env.call_tool("salesforce_crm_check_employee_assignment", {"email": "a@msg.com"})
-    assert text == error(
+    assert text == failure_text(
         "salesforce_crm_check_employee_assignment", "Input validation failed: engagement_code: Field required"
     )
 
@@ -110,7 +85,7 @@ def test_get_engagement_drops_missing_end_date(env: Environment) -> None:
         "start_date": "2025-01-01T00:00:00+00:00",
     }
     text = env.call_tool("salesforce_crm_get_engagement", {"engagement_code": "ENG-X"})
-    assert text == error("salesforce_crm_get_engagement", "Engagement not found: ENG-X")
+    assert text == failure_text("salesforce_crm_get_engagement", "Engagement not found: ENG-X")
 
 
 def test_workday_get_employee(env: Environment) -> None:
@@ -140,11 +115,13 @@ def test_workday_get_employee(env: Environment) -> None:
 
 def test_workday_errors(env: Environment) -> None:
     missing = env.call_tool("workday_api", {"action": "get_employee"})
-    assert missing == error("workday_api", "Missing required parameter: email")
+    assert missing == failure_text("workday_api", "Missing required parameter: email")
     unknown = env.call_tool("workday_api", {"action": "get_employee", "email": "nobody@msg.com"})
-    assert unknown == error("workday_api", "Employee not found: nobody@msg.com")
+    assert unknown == failure_text("workday_api", "Employee not found: nobody@msg.com")
     bad = env.call_tool("workday_api", {"action": "fire_employee", "email": "nobody@msg.com"})
-    assert bad == error("workday_api", "Input validation failed: action: Input should be 'get_employee'")
+    assert bad == failure_text(
+        "workday_api", "Input validation failed: action: Input should be 'get_employee'"
+    )
 
 
 def test_okta_provision_access_appends_first_free_ids(env: Environment) -> None:
@@ -175,7 +152,7 @@ def test_okta_provision_access_rejects_unknown_access_type(env: Environment) -> 
     text = env.call_tool(
         "okta_provision_access", {"email": "a@msg.com", "app_name": "Slack", "access_type": "owner"}
     )
-    assert text == error(
+    assert text == failure_text(
         "okta_provision_access",
         "Input validation failed: access_type: "
         "Input should be 'full_access', 'read_only', 'contributor' or 'admin'",
@@ -194,9 +171,9 @@ def test_mavenlink_get_engagement(env: Environment) -> None:
         }
     }
     text = env.call_tool("mavenlink_api", {"action": "get_engagement", "engagement_code": "ENG-X"})
-    assert text == error("mavenlink_api", "Engagement not found: ENG-X")
+    assert text == failure_text("mavenlink_api", "Engagement not found: ENG-X")
     missing = env.call_tool("mavenlink_api", {"action": "get_engagement", "email": "a@msg.com"})
-    assert missing == error("mavenlink_api", "Missing required parameter: engagement_code")
+    assert missing == failure_text("mavenlink_api", "Missing required parameter: engagement_code")
 
 
 def test_mavenlink_assignments_and_validation(env: Environment) -> None:
@@ -216,7 +193,7 @@ def test_mavenlink_assignments_and_validation(env: Environment) -> None:
     none = env.call_tool("mavenlink_api", {"action": "get_employee_assignments", "email": "nobody@msg.com"})
     assert none == '{"assignments": []}'
     missing = env.call_tool("mavenlink_api", {"action": "get_employee_assignments"})
-    assert missing == error("mavenlink_api", "Missing required parameter: email")
+    assert missing == failure_text("mavenlink_api", "Missing required parameter: email")
     valid = {"action": "validate_engagement_code", "engagement_code": "ENG-0101234"}
     assert env.call_tool("mavenlink_api", valid) == '{"valid": true}'
     invalid = {"action": "validate_engagement_code", "engagement_code": "ENG-9999999"}
@@ -284,7 +261,7 @@ def test_approval_create_rejects_bad_amount(env: Environment) -> None:
         "amount": "x",
     }
     text = env.call_tool("approval_create_request", args)
-    assert text == error(
+    assert text == failure_text(
         "approval_create_request",
         "Input validation failed: amount: "
         "Input should be a valid integer, unable to parse string as an integer",
@@ -337,7 +314,7 @@ def test_approver_lookup(env: Environment) -> None:
         "availability_status": "available",
     }
     missing = env.call_tool("approver_lookup_get_contact", {"email": "nobody@msg.com"})
-    assert missing == error("approver_lookup_get_contact", "Approver not found: nobody@msg.com")
+    assert missing == failure_text("approver_lookup_get_contact", "Approver not found: nobody@msg.com")
 
 
 def test_hardware_order_is_constant_and_writes_nothing(env: Environment) -> None:
@@ -346,7 +323,7 @@ def test_hardware_order_is_constant_and_writes_nothing(env: Environment) -> None
     assert env.call_tool("hardware_procurement_create_order", args) == '{"order_id": "HWO-0056435"}'
     assert env.state_hash() == before
     bad = env.call_tool("hardware_procurement_create_order", {**args, "deliver_to": "Boston"})
-    assert bad == error(
+    assert bad == failure_text(
         "hardware_procurement_create_order",
         "Input validation failed: deliver_to: "
         "Input should be 'New York', 'San Francisco', 'Chicago' or 'Austin'",

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
-from benchmark.envs import Database, Domain, Environment, load_domain
-from benchmark.tasks import BenchData
+from benchmark.envs import Environment
+from tests.support.envs import call, error_of
 
 DOMAIN = "sandbox_consulting"
 EXPENSES = "concur_expense_reports"
@@ -23,34 +19,6 @@ COURSES = "degreed_training_courses"
 ENROLLMENTS = "degreed_training_enrollments"
 CERTIFICATIONS = "degreed_certifications"
 CLIENTS = "salesforce_crm_clients"
-
-
-@pytest.fixture(scope="module")
-def domain(bench: BenchData) -> Domain:
-    return load_domain(DOMAIN, bench.bundle)
-
-
-@pytest.fixture(scope="module")
-def module_db() -> Iterator[Database]:
-    db = Database()
-    yield db
-    db.dispose()
-
-
-@pytest.fixture
-def env(domain: Domain, module_db: Database) -> Iterator[Environment]:
-    with Environment(domain, module_db) as environment:
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(env: Environment, tool: str, args: dict[str, Any]) -> str:
-    out = call(env, tool, args)
-    assert out["tool"] == tool
-    return out["error"]
 
 
 def _device(asset_id: str, model: str, status: str, device_type: str = "phone") -> dict[str, Any]:
@@ -115,13 +83,13 @@ def test_concur_override_sets_approval_and_keeps_rejection(env: Environment) -> 
 
 
 def test_concur_errors(env: Environment) -> None:
-    assert error(env, "concur_api", {"action": "override_expense_rejection", "expense_report_id": "X"}) == (
-        "Tool execution failed: Missing required parameter: override_reason"
-    )
-    assert error(env, "concur_api", {"action": "get_expense_report", "expense_report_id": "NOPE"}) == (
+    assert error_of(
+        env, "concur_api", {"action": "override_expense_rejection", "expense_report_id": "X"}
+    ) == ("Tool execution failed: Missing required parameter: override_reason")
+    assert error_of(env, "concur_api", {"action": "get_expense_report", "expense_report_id": "NOPE"}) == (
         "Tool execution failed: Expense report not found: NOPE"
     )
-    assert error(env, "concur_api", {"action": "get_travel_booking", "booking_id": ""}) == (
+    assert error_of(env, "concur_api", {"action": "get_travel_booking", "booking_id": ""}) == (
         "Tool execution failed: Missing required parameter: booking_id"
     )
 
@@ -211,15 +179,15 @@ def test_assets_inventory_reserve_assign_retire(env: Environment) -> None:
 
 
 def test_assets_errors(env: Environment) -> None:
-    assert error(env, "asset_management_api", {"action": "check_inventory", "device_type": "laptop"}) == (
+    assert error_of(env, "asset_management_api", {"action": "check_inventory", "device_type": "laptop"}) == (
         "Tool execution failed: Missing required parameter: location"
     )
     assign = {"action": "assign_device", "email": "a@msg.com", "asset_id": "NOPE"}
-    assert error(env, "asset_management_api", assign) == "Tool execution failed: Device not found: NOPE"
+    assert error_of(env, "asset_management_api", assign) == "Tool execution failed: Device not found: NOPE"
     assert not env.table(ASSIGNMENTS).exists("ASMT-2-000000")
     _only_test_devices(env)
     reserve = {"action": "reserve_device", "device_type": "headset", "location": "Austin"}
-    assert error(env, "asset_management_api", reserve) == (
+    assert error_of(env, "asset_management_api", reserve) == (
         "Tool execution failed: No available headset devices at Austin"
     )
 
@@ -259,14 +227,14 @@ def test_license_availability_allocate_cost(env: Environment) -> None:
 
 
 def test_license_errors(env: Environment) -> None:
-    assert error(env, "license_management_api", {"action": "allocate", "catalog_id": "C"}) == (
+    assert error_of(env, "license_management_api", {"action": "allocate", "catalog_id": "C"}) == (
         "Tool execution failed: Missing required parameter: email"
     )
     missing = {"action": "check_availability", "catalog_id": "NOPE", "pool_type": "enterprise"}
-    assert error(env, "license_management_api", missing) == (
+    assert error_of(env, "license_management_api", missing) == (
         "Tool execution failed: License pool not found for catalog_id=NOPE, pool_type=enterprise"
     )
-    assert error(env, "license_management_api", {"action": "get_cost", "catalog_id": "NOPE"}) == (
+    assert error_of(env, "license_management_api", {"action": "get_cost", "catalog_id": "NOPE"}) == (
         "Tool execution failed: Software catalog entry not found: NOPE"
     )
 
@@ -383,16 +351,16 @@ def test_degreed_enroll_and_errors(env: Environment) -> None:
     }
     count = env.table(ENROLLMENTS).count()
     assert (
-        error(env, "degreed_api", {**enroll, "course_id": "NOPE"})
+        error_of(env, "degreed_api", {**enroll, "course_id": "NOPE"})
         == "Tool execution failed: Course not found: NOPE"
     )
     assert env.table(ENROLLMENTS).count() == count
-    assert error(env, "degreed_api", {"action": "check_certification_status", "email": "t@msg.com"}) == (
+    assert error_of(env, "degreed_api", {"action": "check_certification_status", "email": "t@msg.com"}) == (
         "Tool execution failed: Missing required parameter: certification_name"
     )
-    assert error(env, "degreed_api", {"action": "get_required_trainings", "client_id": "NOPE"}) == (
+    assert error_of(env, "degreed_api", {"action": "get_required_trainings", "client_id": "NOPE"}) == (
         "Tool execution failed: Client not found: NOPE"
     )
-    assert error(env, "degreed_api", {"action": "search_courses", "keyword": "x", "extra": 1}) == (
+    assert error_of(env, "degreed_api", {"action": "search_courses", "keyword": "x", "extra": 1}) == (
         "Tool execution failed: Input validation failed: extra: Extra inputs are not permitted"
     )

@@ -6,18 +6,21 @@ approval request whose id takes the next ``APR-`` number so the following create
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from benchmark.envs import Database, Domain, Environment, load_domain
+from benchmark.envs import Environment
 from benchmark.envs.neobank.common import APPROVALS, EMPLOYEES, NOTIFICATIONS
-from benchmark.tasks import BenchData
+from tests.support.envs import Patch, call, failure
 
 DOMAIN = "sandbox_neobank_support_v1"
 UNKNOWN = "nobody@vdb.com"
+
+
+@pytest.fixture
+def env_patch() -> Patch:
+    return PATCH
 
 
 def _employee(emp_id: str, email: str, status: str, manager: str | None = "WD-753918") -> dict[str, Any]:
@@ -45,26 +48,6 @@ PATCH = {
 }
 
 
-@pytest.fixture(scope="module")
-def domain(bench: BenchData) -> Domain:
-    return load_domain(DOMAIN, bench.bundle)
-
-
-@pytest.fixture
-def env(domain: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(domain, sqlite_db) as environment:
-        environment.apply_patch(PATCH)
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(tool: str, message: str) -> dict[str, Any]:
-    return {"error": f"Tool execution failed: {message}", "tool": tool}
-
-
 def test_check_status(env: Environment) -> None:
     tool = "approval_api_check_status"
     assert call(env, tool, {"approval_request_id": "APR-19263847"}) == {
@@ -73,7 +56,7 @@ def test_check_status(env: Environment) -> None:
         "approver_feedback": "Approved for 30-day access period",
     }
     assert call(env, tool, {"approval_request_id": "APR-05847293"}) == {"status": "pending"}
-    assert call(env, tool, {"approval_request_id": "APR-NONE"}) == error(
+    assert call(env, tool, {"approval_request_id": "APR-NONE"}) == failure(
         tool, "Approval request not found: APR-NONE"
     )
 
@@ -111,10 +94,10 @@ def test_create_request_errors(env: Environment) -> None:
     tool = "approval_api_create_request"
     base = {"request_type": "access_request", "details": "x", "urgency": "critical"}
     good = "marcus.thompson@vdb.com"
-    assert call(env, tool, {**base, "requester_email": UNKNOWN, "approver_email": good}) == error(
+    assert call(env, tool, {**base, "requester_email": UNKNOWN, "approver_email": good}) == failure(
         tool, f"Requester not found: {UNKNOWN}"
     )
-    assert call(env, tool, {**base, "requester_email": good, "approver_email": UNKNOWN}) == error(
+    assert call(env, tool, {**base, "requester_email": good, "approver_email": UNKNOWN}) == failure(
         tool, f"Approver not found: {UNKNOWN}"
     )
     taken = f"APR-{env.table(APPROVALS).count() + 2:08d}"
@@ -132,7 +115,7 @@ def test_create_request_errors(env: Environment) -> None:
             ]
         }
     )
-    assert call(env, tool, {**base, "requester_email": good, "approver_email": good}) == error(
+    assert call(env, tool, {**base, "requester_email": good, "approver_email": good}) == failure(
         tool, f"Failed to create approval request: Object with ID {taken} already exists"
     )
 
@@ -160,7 +143,7 @@ def test_get_contact_details(env: Environment, email: str, expected: dict[str, A
 
 def test_get_contact_details_unknown(env: Environment) -> None:
     tool = "approver_lookup_api_get_contact_details"
-    assert call(env, tool, {"email": UNKNOWN}) == error(tool, f"Approver not found: {UNKNOWN}")
+    assert call(env, tool, {"email": UNKNOWN}) == failure(tool, f"Approver not found: {UNKNOWN}")
 
 
 def test_get_approver_contact_highest_level(env: Environment) -> None:
@@ -173,7 +156,7 @@ def test_get_approver_contact_highest_level(env: Environment) -> None:
     assert call(env, tool, {"required_approver": "IT_Security"}) == expected
     finance = call(env, tool, {"required_approver": "finance_accounting"})
     assert finance["contact_email"] == "chris.johnson@vdb.com"
-    assert call(env, tool, {"required_approver": "legal"}) == error(
+    assert call(env, tool, {"required_approver": "legal"}) == failure(
         tool,
         "Invalid required_approver: legal. Must be one of: it_security, finance_accounting, compliance_risk",
     )
@@ -207,10 +190,10 @@ def test_send_notification_refuses_inactive_and_unknown(env: Environment) -> Non
     base = {"notification_type": "ticket_update", "subject": "s", "body": "b"}
     before = env.table(NOTIFICATIONS).count()
     for email in ("gone.person@vdb.com", "leaving.soon@vdb.com"):
-        assert call(env, tool, {**base, "recipient_email": email}) == error(
+        assert call(env, tool, {**base, "recipient_email": email}) == failure(
             tool, f"Recipient is inactive or on extended leave; notification not sent: {email}"
         )
-    assert call(env, tool, {**base, "recipient_email": UNKNOWN}) == error(
+    assert call(env, tool, {**base, "recipient_email": UNKNOWN}) == failure(
         tool, f"Recipient email not found in employee directory: {UNKNOWN}"
     )
     assert env.table(NOTIFICATIONS).count() == before

@@ -7,47 +7,20 @@ only has a returned assignment. Tableau is a 25-seat pool with 2 active seats, S
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from benchmark.envs import Database, Domain, Environment, load_domain
+from benchmark.envs import Domain, Environment
 from benchmark.envs.neobank import assets
-from benchmark.tasks import BenchData
+from tests.support.envs import call, failure_text, stored
 
 DOMAIN = "sandbox_neobank_support_v1"
 
 
-@pytest.fixture(scope="module")
-def neobank(bench: BenchData) -> Domain:
-    return load_domain(DOMAIN, bench.bundle)
-
-
-@pytest.fixture
-def env(neobank: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(neobank, sqlite_db) as environment:
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(tool: str, message: str) -> str:
-    return json.dumps({"error": f"Tool execution failed: {message}", "tool": tool})
-
-
-def row(env: Environment, table: str, key: str) -> dict[str, Any]:
-    record = env.table(table).get(key)
-    assert record is not None
-    return record.model_dump(mode="json")
-
-
-def test_read_only_lists_exactly_the_tools_that_never_write(neobank: Domain) -> None:
+def test_read_only_lists_exactly_the_tools_that_never_write(domain: Domain) -> None:
     for name in assets.TOOLS:
-        assert neobank.tools[name].writes == (name not in assets.READ_ONLY)
+        assert domain.tools[name].writes == (name not in assets.READ_ONLY)
     assert len(assets.READ_ONLY) == 5
 
 
@@ -61,7 +34,7 @@ def test_assign_device_creates_an_assignment_and_flags_the_asset(env: Environmen
     )
     new_id = f"ASN-{before + 1:08d}"
     assert text == f'{{"assignment_id": "{new_id}", "asset_id": "VDB-HW-57382", "employee_id": "WD-294817"}}'
-    assert row(env, assets.ASSIGNMENTS, new_id) == {
+    assert stored(env, assets.ASSIGNMENTS, new_id) == {
         "id": new_id,
         "asset_id": "VDB-HW-57382",
         "employee_id": "WD-294817",
@@ -70,7 +43,7 @@ def test_assign_device_creates_an_assignment_and_flags_the_asset(env: Environmen
         "is_active": True,
         "returned_at": None,
     }
-    assert row(env, assets.ASSETS, "VDB-HW-57382")["is_assigned"] is True
+    assert stored(env, assets.ASSETS, "VDB-HW-57382")["is_assigned"] is True
     details = call(env, "asset_management_api_get_device_details", {"asset_id": "VDB-HW-57382"})
     assert details["assigned_to"] == "WD-294817"
 
@@ -100,7 +73,7 @@ def test_assign_device_refusals_leave_state_alone(
 ) -> None:
     before = env.state_hash()
     text = env.call_tool("asset_management_api_assign_device", {"asset_id": asset_id, "email": email})
-    assert text == error("asset_management_api_assign_device", message)
+    assert text == failure_text("asset_management_api_assign_device", message)
     assert env.state_hash() == before
 
 
@@ -108,7 +81,7 @@ def test_assign_device_employee_is_checked_before_the_asset(env: Environment) ->
     text = env.call_tool(
         "asset_management_api_assign_device", {"asset_id": "nope", "email": "nobody@vdb.com"}
     )
-    assert text == error("asset_management_api_assign_device", "Employee not found: nobody@vdb.com")
+    assert text == failure_text("asset_management_api_assign_device", "Employee not found: nobody@vdb.com")
 
 
 # -- check_inventory -------------------------------------------------------------------------------
@@ -149,7 +122,7 @@ def test_check_inventory_rejects_unknown_types_then_locations(
     text = env.call_tool(
         "asset_management_api_check_inventory", {"device_type": device_type, "warehouse_location": location}
     )
-    assert text == error("asset_management_api_check_inventory", message)
+    assert text == failure_text("asset_management_api_check_inventory", message)
 
 
 # -- get_device_details ----------------------------------------------------------------------------
@@ -170,18 +143,18 @@ def test_get_device_details_reports_age_and_the_active_assignee(env: Environment
 
 def test_get_device_details_errors(env: Environment) -> None:
     text = env.call_tool("asset_management_api_get_device_details", {"asset_id": "VDB-HW-0"})
-    assert text == error("asset_management_api_get_device_details", "Asset not found: VDB-HW-0")
-    patched = {**row(env, assets.ASSETS, "VDB-HW-57382"), "purchase_date": "last spring"}
+    assert text == failure_text("asset_management_api_get_device_details", "Asset not found: VDB-HW-0")
+    patched = {**stored(env, assets.ASSETS, "VDB-HW-57382"), "purchase_date": "last spring"}
     env.apply_patch({assets.ASSETS: [patched]})
     text = env.call_tool("asset_management_api_get_device_details", {"asset_id": "VDB-HW-57382"})
-    assert text == error(
+    assert text == failure_text(
         "asset_management_api_get_device_details",
         "Invalid purchase_date for asset VDB-HW-57382: 'last spring'",
     )
 
 
 def test_age_counts_whole_thirty_day_periods_and_takes_naive_dates_as_utc(env: Environment) -> None:
-    patched = {**row(env, assets.ASSETS, "VDB-HW-57382"), "purchase_date": "2025-11-17T10:00:01"}
+    patched = {**stored(env, assets.ASSETS, "VDB-HW-57382"), "purchase_date": "2025-11-17T10:00:01"}
     env.apply_patch({assets.ASSETS: [patched]})
     result = call(env, "asset_management_api_get_device_details", {"asset_id": "VDB-HW-57382"})
     assert result["age_months"] == 0
@@ -214,7 +187,9 @@ def test_get_employee_devices_lists_active_assignments_in_order(env: Environment
 
 def test_get_employee_devices_unknown_employee(env: Environment) -> None:
     text = env.call_tool("asset_management_api_get_employee_devices", {"email": "ghost@vdb.com"})
-    assert text == error("asset_management_api_get_employee_devices", "Employee not found: ghost@vdb.com")
+    assert text == failure_text(
+        "asset_management_api_get_employee_devices", "Employee not found: ghost@vdb.com"
+    )
 
 
 # -- retire_device ---------------------------------------------------------------------------------
@@ -226,12 +201,14 @@ def test_retire_device_closes_the_active_assignment(env: Environment) -> None:
         '{"asset_id": "VDB-HW-29417", "previous_condition": "good", '
         '"retired_at": "2025-12-17T10:00:00Z", "was_assigned": true}'
     )
-    asset = row(env, assets.ASSETS, "VDB-HW-29417")
+    asset = stored(env, assets.ASSETS, "VDB-HW-29417")
     assert (asset["condition"], asset["is_assigned"]) == ("retired", False)
-    assignment = row(env, assets.ASSIGNMENTS, "ASN-39471826")
+    assignment = stored(env, assets.ASSIGNMENTS, "ASN-39471826")
     assert (assignment["is_active"], assignment["returned_at"]) == (False, "2025-12-17T10:00:00Z")
     again = env.call_tool("asset_management_api_retire_device", {"asset_id": "VDB-HW-29417"})
-    assert again == error("asset_management_api_retire_device", "Asset VDB-HW-29417 is already retired")
+    assert again == failure_text(
+        "asset_management_api_retire_device", "Asset VDB-HW-29417 is already retired"
+    )
 
 
 def test_retire_unassigned_device_touches_no_assignment(env: Environment) -> None:
@@ -248,7 +225,7 @@ def test_retire_unassigned_device_touches_no_assignment(env: Environment) -> Non
 
 def test_retire_unknown_device(env: Environment) -> None:
     text = env.call_tool("asset_management_api_retire_device", {"asset_id": "VDB-HW-0"})
-    assert text == error("asset_management_api_retire_device", "Asset not found: VDB-HW-0")
+    assert text == failure_text("asset_management_api_retire_device", "Asset not found: VDB-HW-0")
 
 
 # -- create_order ----------------------------------------------------------------------------------
@@ -267,7 +244,7 @@ def test_create_order_stores_a_pending_order_with_a_date_only_delivery(env: Envi
     new_id = f"HW-ORDER-{env.table(assets.ORDERS).count() + 1:07d}"
     text = env.call_tool("hardware_procurement_api_create_order", ORDER)
     assert text == f'{{"order_id": "{new_id}", "status": "pending"}}'
-    assert row(env, assets.ORDERS, new_id) == {
+    assert stored(env, assets.ORDERS, new_id) == {
         "id": new_id,
         "device_type": "monitor",
         "device_model": "Dell P2425H",
@@ -295,7 +272,7 @@ def test_create_order_stores_a_pending_order_with_a_date_only_delivery(env: Envi
 def test_create_order_refusals(env: Environment, change: dict[str, Any], message: str) -> None:
     before = env.state_hash()
     text = env.call_tool("hardware_procurement_api_create_order", {**ORDER, **change})
-    assert text == error("hardware_procurement_api_create_order", message)
+    assert text == failure_text("hardware_procurement_api_create_order", message)
     assert env.state_hash() == before
 
 
@@ -309,7 +286,7 @@ def test_allocate_license_appends_an_allocation(env: Environment) -> None:
         "license_management_api_allocate_license",
         {"software_name": "tableau", "email": "david.kim@vdb.com"},
     ) == {"allocation_id": new_id}
-    assert row(env, assets.ALLOCATIONS, new_id) == {
+    assert stored(env, assets.ALLOCATIONS, new_id) == {
         "id": new_id,
         "license_id": "LIC-29471863",
         "employee_id": "WD-465782",
@@ -335,17 +312,17 @@ def test_allocate_license_refusals(env: Environment, software: str, email: str, 
     text = env.call_tool(
         "license_management_api_allocate_license", {"software_name": software, "email": email}
     )
-    assert text == error("license_management_api_allocate_license", message)
+    assert text == failure_text("license_management_api_allocate_license", message)
     assert env.state_hash() == before
 
 
 def test_allocate_license_exhausted_limited_pool_but_never_unlimited(env: Environment) -> None:
-    looker = {**row(env, assets.LICENSES, "LIC-31854792"), "total_licenses": 1}
+    looker = {**stored(env, assets.LICENSES, "LIC-31854792"), "total_licenses": 1}
     env.apply_patch({assets.LICENSES: [looker]})
     text = env.call_tool(
         "license_management_api_allocate_license", {"software_name": "Looker", "email": "lisa.chen@vdb.com"}
     )
-    assert text == error("license_management_api_allocate_license", "No licenses available in pool")
+    assert text == failure_text("license_management_api_allocate_license", "No licenses available in pool")
     assert (
         call(env, "license_management_api_check_availability", {"software_name": "Looker"})[
             "available_licenses"
@@ -365,7 +342,7 @@ def test_check_availability_unlimited_pool_omits_counts(env: Environment) -> Non
         '{"license_type": "unlimited"}'
     )
     text = env.call_tool("license_management_api_check_availability", {"software_name": "Visio"})
-    assert text == error(
+    assert text == failure_text(
         "license_management_api_check_availability", "Software not found in license inventory: Visio"
     )
 
@@ -379,6 +356,6 @@ def test_check_license_type(env: Environment) -> None:
         "license_id": "LIC-84726391",
     }
     text = env.call_tool("license_management_api_check_license_type", {"software_name": "Visio"})
-    assert text == error(
+    assert text == failure_text(
         "license_management_api_check_license_type", "Software not found in license inventory: Visio"
     )

@@ -6,19 +6,22 @@ a group membership without ``added_at``; everything else comes from the domain d
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from benchmark.envs import Database, Domain, Environment, load_domain
+from benchmark.envs import Environment
 from benchmark.envs.neobank.common import OKTA_APPS, OKTA_GROUPS, SECURITY_AUDIT, SECURITY_INCIDENTS
-from benchmark.tasks import BenchData
+from tests.support.envs import Patch, call, failure, stored
 
 DOMAIN = "sandbox_neobank_support_v1"
 MARCUS = "marcus.thompson@vdb.com"
 UNKNOWN = "nobody@vdb.com"
+
+
+@pytest.fixture
+def env_patch() -> Patch:
+    return PATCH
 
 
 def _incident(incident_id: str, reported: str, resolved: str | None) -> dict[str, Any]:
@@ -55,38 +58,12 @@ PATCH = {
 }
 
 
-@pytest.fixture(scope="module")
-def domain(bench: BenchData) -> Domain:
-    return load_domain(DOMAIN, bench.bundle)
-
-
-@pytest.fixture
-def env(domain: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(domain, sqlite_db) as environment:
-        environment.apply_patch(PATCH)
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(tool: str, message: str) -> dict[str, Any]:
-    return {"error": f"Tool execution failed: {message}", "tool": tool}
-
-
-def row(env: Environment, table: str, key: str) -> dict[str, Any]:
-    record = env.table(table).get(key)
-    assert record is not None
-    return record.model_dump(mode="json")
-
-
 def test_add_to_group_numbers_from_row_count(env: Environment) -> None:
     count = env.table(OKTA_GROUPS).count()
     out = call(env, "okta_api_add_to_group", {"email": MARCUS, "group_name": "bi_marketing_viewers"})
     new_id = f"OGM-{count + 1:08d}"
     assert out == {"membership_id": new_id}
-    assert row(env, OKTA_GROUPS, new_id) == {
+    assert stored(env, OKTA_GROUPS, new_id) == {
         "id": new_id,
         "employee_id": "WD-847291",
         "group_name": "bi_marketing_viewers",
@@ -98,11 +75,11 @@ def test_add_to_group_numbers_from_row_count(env: Environment) -> None:
 
 def test_add_to_group_refuses_active_member_but_not_former(env: Environment) -> None:
     tool = "okta_api_add_to_group"
-    assert call(env, tool, {"email": MARCUS, "group_name": "engineers"}) == error(
+    assert call(env, tool, {"email": MARCUS, "group_name": "engineers"}) == failure(
         tool, "Employee is already a member of this group: engineers"
     )
     assert "membership_id" in call(env, tool, {"email": MARCUS, "group_name": "alumni"})
-    assert call(env, tool, {"email": UNKNOWN, "group_name": "x"}) == error(
+    assert call(env, tool, {"email": UNKNOWN, "group_name": "x"}) == failure(
         tool, f"Employee not found: {UNKNOWN}"
     )
 
@@ -115,7 +92,7 @@ def test_check_access(env: Environment) -> None:
         "granted_at": "2025-06-15T09:00:00Z",
     }
     assert call(env, tool, {"email": "david.kim@vdb.com", "app_name": "Jira"}) == {"has_access": False}
-    assert call(env, tool, {"email": UNKNOWN, "app_name": "Jira"}) == error(
+    assert call(env, tool, {"email": UNKNOWN, "app_name": "Jira"}) == failure(
         tool, f"Employee not found: {UNKNOWN}"
     )
 
@@ -130,7 +107,7 @@ def test_get_user_groups_lists_active_and_drops_missing_dates(env: Environment) 
         ]
     }
     assert call(env, tool, {"email": "david.kim@vdb.com"}) == {"groups": []}
-    assert call(env, tool, {"email": UNKNOWN}) == error(tool, f"Employee not found: {UNKNOWN}")
+    assert call(env, tool, {"email": UNKNOWN}) == failure(tool, f"Employee not found: {UNKNOWN}")
 
 
 def test_provision_access_stores_grant(env: Environment) -> None:
@@ -143,10 +120,10 @@ def test_provision_access_stores_grant(env: Environment) -> None:
     }
     new_id = f"OAA-{env.table(OKTA_APPS).count() + 1:08d}"
     assert call(env, "okta_api_provision_access", args) == {"app_access_id": new_id}
-    stored = row(env, OKTA_APPS, new_id)
-    assert stored["employee_id"] == "WD-465782"
-    assert stored["access_level"] == "write non-PII only"
-    assert (stored["is_temporary"], stored["expires_at"], stored["granted_at"]) == (
+    saved = stored(env, OKTA_APPS, new_id)
+    assert saved["employee_id"] == "WD-465782"
+    assert saved["access_level"] == "write non-PII only"
+    assert (saved["is_temporary"], saved["expires_at"], saved["granted_at"]) == (
         True,
         "2025-10-02T13:00:00Z",
         None,
@@ -155,10 +132,10 @@ def test_provision_access_stores_grant(env: Environment) -> None:
 
 def test_provision_access_errors(env: Environment) -> None:
     tool = "okta_api_provision_access"
-    assert call(env, tool, {"email": MARCUS, "app_name": "GitHub", "access_level": "read_only"}) == error(
+    assert call(env, tool, {"email": MARCUS, "app_name": "GitHub", "access_level": "read_only"}) == failure(
         tool, "Employee already has access to this application: GitHub"
     )
-    assert call(env, tool, {"email": UNKNOWN, "app_name": "GitHub", "access_level": "read_only"}) == error(
+    assert call(env, tool, {"email": UNKNOWN, "app_name": "GitHub", "access_level": "read_only"}) == failure(
         tool, f"Employee not found in Okta directory: {UNKNOWN}"
     )
 
@@ -166,12 +143,12 @@ def test_provision_access_errors(env: Environment) -> None:
 def test_revoke_access_deactivates_then_refuses(env: Environment) -> None:
     tool = "okta_api_revoke_access"
     assert call(env, tool, {"email": MARCUS, "app_name": "GitHub"}) == {"revoked": True}
-    stored = row(env, OKTA_APPS, "OAA-29638471")
-    assert (stored["is_active"], stored["revoked_at"]) == (False, None)
+    saved = stored(env, OKTA_APPS, "OAA-29638471")
+    assert (saved["is_active"], saved["revoked_at"]) == (False, None)
     assert call(env, "okta_api_check_access", {"email": MARCUS, "app_name": "GitHub"}) == {
         "has_access": False
     }
-    assert call(env, tool, {"email": MARCUS, "app_name": "GitHub"}) == error(
+    assert call(env, tool, {"email": MARCUS, "app_name": "GitHub"}) == failure(
         tool, "No active access found to revoke for application: GitHub"
     )
 
@@ -184,7 +161,7 @@ def test_security_action_logs_audit_row(env: Environment) -> None:
         {"email": MARCUS, "operation": "force_password_reset", "ticket_id": "6", "mfa_device_id": "MFA-1"},
     )
     assert out == {"success": True, "audit_id": new_id}
-    assert row(env, SECURITY_AUDIT, new_id) == {
+    assert stored(env, SECURITY_AUDIT, new_id) == {
         "id": new_id,
         "employee_id": "WD-847291",
         "operation": "force_password_reset",
@@ -211,8 +188,8 @@ def test_security_bypass_expiry_from_frozen_clock(env: Environment) -> None:
             "bypass_expires_at": "2030-01-01T00:00:00Z",
         },
     )
-    stored = row(env, SECURITY_AUDIT, out["audit_id"])
-    assert (stored["bypass_duration_hours"], stored["bypass_expires_at"]) == (4, "2025-12-18T14:00:00Z")
+    saved = stored(env, SECURITY_AUDIT, out["audit_id"])
+    assert (saved["bypass_duration_hours"], saved["bypass_expires_at"]) == (4, "2025-12-18T14:00:00Z")
 
 
 @pytest.mark.parametrize(
@@ -236,9 +213,9 @@ def test_security_bypass_expiry_from_frozen_clock(env: Environment) -> None:
 def test_security_action_errors_write_nothing(env: Environment, args: dict[str, Any], message: str) -> None:
     tool = "okta_security_api_execute_action"
     before = env.table(SECURITY_AUDIT).count()
-    assert call(env, tool, {"email": MARCUS, **args}) == error(tool, message)
+    assert call(env, tool, {"email": MARCUS, **args}) == failure(tool, message)
     assert env.table(SECURITY_AUDIT).count() == before
-    assert call(env, tool, {"email": UNKNOWN, "operation": "unlock_account"}) == error(
+    assert call(env, tool, {"email": UNKNOWN, "operation": "unlock_account"}) == failure(
         tool, f"Employee not found in Okta directory: {UNKNOWN}"
     )
 
@@ -258,7 +235,7 @@ def test_verify_incident_window_and_order(env: Environment) -> None:
     }
     assert incidents[1]["closed_at"] == "2025-12-17T12:00:00+00:00"
     tool = "security_api_verify_incident"
-    assert call(env, tool, {"x": 1}) == error(
+    assert call(env, tool, {"x": 1}) == failure(
         tool, "Input validation failed: x: Extra inputs are not permitted"
     )
 
@@ -277,7 +254,7 @@ def test_get_employee(env: Environment) -> None:
         "employment_status": "active",
         "is_contractor": False,
     }
-    assert call(env, tool, {"email": UNKNOWN}) == error(
+    assert call(env, tool, {"email": UNKNOWN}) == failure(
         tool, f"No employee found with the provided email: {UNKNOWN}"
     )
 
@@ -299,7 +276,7 @@ def test_get_manager_chain(env: Environment) -> None:
         "role": "Engineering Manager",
     }
     assert call(env, tool, {"email": "lisa.chen@vdb.com"}) == {"manager_chain": []}
-    assert call(env, tool, {"email": UNKNOWN}) == error(tool, f"Employee not found: {UNKNOWN}")
+    assert call(env, tool, {"email": UNKNOWN}) == failure(tool, f"Employee not found: {UNKNOWN}")
 
 
 def test_get_org_structure(env: Environment) -> None:
@@ -318,4 +295,4 @@ def test_get_org_structure(env: Environment) -> None:
         }
     ]
     assert call(env, tool, {"manager_email": MARCUS}) == {"direct_reports": []}
-    assert call(env, tool, {"manager_email": UNKNOWN}) == error(tool, f"Manager not found: {UNKNOWN}")
+    assert call(env, tool, {"manager_email": UNKNOWN}) == failure(tool, f"Manager not found: {UNKNOWN}")

@@ -6,8 +6,6 @@ applications) plus small patches; one runs on a task whose patch holds an active
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,29 +13,10 @@ import pytest
 from benchmark.envs import Database, Domain, Environment
 from benchmark.envs.retail import customers
 from benchmark.tasks import Task
+from tests.support.envs import call, failure_text, stored
 
 PROFILES = customers.PROFILES
 MEMBERSHIPS = customers.MEMBERSHIPS
-
-
-@pytest.fixture
-def env(retail: Domain) -> Iterator[Environment]:
-    with Environment(retail, Database()) as environment:
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(tool: str, message: str) -> str:
-    return json.dumps({"error": f"Tool execution failed: {message}", "tool": tool})
-
-
-def stored(env: Environment, table: str, key: str) -> dict[str, Any]:
-    record = env.table(table).get(key)
-    assert record is not None
-    return record.model_dump(mode="json")
 
 
 def test_read_only_lists_exactly_the_tools_that_never_write(retail: Domain) -> None:
@@ -69,7 +48,7 @@ def test_get_discount_application_missing_order_gives_empty_application(env: Env
 
 def test_get_discount_application_rejects_extra_argument(env: Environment) -> None:
     text = env.call_tool("get_discount_application", {"order_id": "ORD-1", "x": 1})
-    assert text == error(
+    assert text == failure_text(
         "get_discount_application", "Input validation failed: x: Extra inputs are not permitted"
     )
 
@@ -86,7 +65,7 @@ def test_get_promotion_details_valid_at_frozen_instant(env: Environment) -> None
 @pytest.mark.parametrize("code", ["SAVE20", "welcome10", "NOPE"])
 def test_get_promotion_details_expired_wrong_case_or_unknown(env: Environment, code: str) -> None:
     text = env.call_tool("get_promotion_details", {"promo_code": code})
-    assert text == error("get_promotion_details", f"Promotion code not found or expired: {code}")
+    assert text == failure_text("get_promotion_details", f"Promotion code not found or expired: {code}")
 
 
 def test_get_promotion_details_window_is_checked_against_frozen_now(env: Environment) -> None:
@@ -143,7 +122,7 @@ def test_add_points_to_balance_without_membership_changes_nothing(env: Environme
         "add_points_to_balance",
         {"customer_id": "CUS-10000002", "points_to_add": "500", "points_reason": "refund_return"},
     )
-    assert text == error(
+    assert text == failure_text(
         "add_points_to_balance",
         "No membership record found for customer CUS-10000002. "
         "Customer must have a membership record to receive points.",
@@ -200,13 +179,13 @@ def test_get_customer_profile_id_wins_over_email(env: Environment) -> None:
 
 
 def test_get_customer_profile_errors(env: Environment) -> None:
-    assert env.call_tool("get_customer_profile", {}) == error(
+    assert env.call_tool("get_customer_profile", {}) == failure_text(
         "get_customer_profile", "Either customer_id or email must be provided"
     )
-    assert env.call_tool("get_customer_profile", {"email": "x@y.z"}) == error(
+    assert env.call_tool("get_customer_profile", {"email": "x@y.z"}) == failure_text(
         "get_customer_profile", "Customer not found with provided identifier: x@y.z"
     )
-    assert env.call_tool("get_customer_profile", {"customer_id": "CUS-NOPE"}) == error(
+    assert env.call_tool("get_customer_profile", {"customer_id": "CUS-NOPE"}) == failure_text(
         "get_customer_profile", "Customer not found with provided identifier: CUS-NOPE"
     )
 
@@ -235,7 +214,7 @@ def test_get_membership_details_returns_only_active_records(env: Environment) ->
             ]
         }
     )
-    assert env.call_tool("get_membership_details", {"customer_id": "CUS-10000002"}) == error(
+    assert env.call_tool("get_membership_details", {"customer_id": "CUS-10000002"}) == failure_text(
         "get_membership_details", "No active membership found for customer: CUS-10000002"
     )
 
@@ -285,7 +264,7 @@ def test_upgrade_errors_change_nothing(env: Environment) -> None:
     assert env.call_tool(
         "update_membership_status",
         {"customer_id": "CUS-NOPE", "action": "upgrade", "membership_type": "plus"},
-    ) == error("update_membership_status", "Customer not found: CUS-NOPE")
+    ) == failure_text("update_membership_status", "Customer not found: CUS-NOPE")
     assert "error" in call(
         env, "update_membership_status", {"customer_id": "CUS-10000002", "action": "upgrade"}
     )
@@ -295,7 +274,7 @@ def test_upgrade_errors_change_nothing(env: Environment) -> None:
 def test_cancel_without_membership_record(env: Environment) -> None:
     assert env.call_tool(
         "update_membership_status", {"customer_id": "CUS-10000002", "action": "cancel"}
-    ) == error("update_membership_status", "No membership record found for customer: CUS-10000002")
+    ) == failure_text("update_membership_status", "No membership record found for customer: CUS-10000002")
 
 
 def _task_with_active_membership(tasks: list[Task]) -> tuple[Task, dict[str, Any]]:

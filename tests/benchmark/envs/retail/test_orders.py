@@ -7,13 +7,13 @@ values follow from the rows below rather than from task data.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from benchmark.envs import Database, Domain, Environment
 from benchmark.tasks import Task
+from tests.support.envs import Patch, call, failure, stored
 
 ORDERS = "external_retail_toolset_oms_models_orders"
 LINES = "external_retail_toolset_oms_models_order_line_items"
@@ -140,24 +140,8 @@ RESHIP = {
 
 
 @pytest.fixture
-def env(retail: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(retail, sqlite_db) as environment:
-        environment.apply_patch(PATCH)
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(tool: str, message: str) -> dict[str, str]:
-    return {"error": f"Tool execution failed: {message}", "tool": tool}
-
-
-def row(env: Environment, table: str, key: str) -> dict[str, Any]:
-    record = env.table(table).get(key)
-    assert record is not None
-    return record.model_dump(mode="json")
+def env_patch() -> Patch:
+    return PATCH
 
 
 def test_read_only_tools_are_declared(retail: Domain) -> None:
@@ -194,8 +178,10 @@ def test_get_order_returns_header_and_line_items_in_store_order(env: Environment
 def test_get_order_keeps_installation_reference_and_reports_missing(env: Environment) -> None:
     default = call(env, "get_order", {"order_id": "ORD-10000001"})
     assert default["installation_service_id"] == "JOB-10000001"
-    assert call(env, "get_order", {"order_id": "ORD-NOPE"}) == error("get_order", "Order not found: ORD-NOPE")
-    assert call(env, "get_order", {"order_id": "ORD-T1", "x": 1}) == error(
+    assert call(env, "get_order", {"order_id": "ORD-NOPE"}) == failure(
+        "get_order", "Order not found: ORD-NOPE"
+    )
+    assert call(env, "get_order", {"order_id": "ORD-T1", "x": 1}) == failure(
         "get_order", "Input validation failed: x: Extra inputs are not permitted"
     )
 
@@ -217,7 +203,7 @@ def test_get_shipment_tracking_without_tracking_row_reads_pending(env: Environme
     out = call(env, "get_shipment_tracking", {"order_id": "ORD-T2"})
     assert out["actual_delivery_date"] == "2025-09-24T12:15:30+00:00"
     assert out["tracking_status"] == "pending" and "current_location" not in out
-    assert call(env, "get_shipment_tracking", {"order_id": "ORD-X"}) == error(
+    assert call(env, "get_shipment_tracking", {"order_id": "ORD-X"}) == failure(
         "get_shipment_tracking", "No shipment found for order: ORD-X (may not be shipped yet)"
     )
 
@@ -231,7 +217,7 @@ def test_check_inventory_reports_restock_only_when_set(env: Environment) -> None
     }
     out = call(env, "check_inventory", {"sku": "SKU-OUT"})
     assert out["restock_date"] == "2025-10-15T00:00:00+00:00" and out["expected_restock_quantity"] == 40
-    assert call(env, "check_inventory", {"sku": "SKU-X"}) == error(
+    assert call(env, "check_inventory", {"sku": "SKU-X"}) == failure(
         "check_inventory", "SKU not found in inventory system: SKU-X"
     )
 
@@ -248,10 +234,10 @@ def test_get_product_details_omits_warranty_period(env: Environment) -> None:
         "points_redemption_eligible": True,
         "requires_installation": False,
     }
-    assert call(env, "get_product_details", {"sku": 7}) == error(
+    assert call(env, "get_product_details", {"sku": 7}) == failure(
         "get_product_details", "Input validation failed: sku: Input should be a valid string"
     )
-    assert call(env, "get_product_details", {"sku": "SKU-X"}) == error(
+    assert call(env, "get_product_details", {"sku": "SKU-X"}) == failure(
         "get_product_details", "Product SKU not found: SKU-X"
     )
 
@@ -267,7 +253,7 @@ def test_cancel_order_refunds_only_processing_orders(env: Environment) -> None:
         "status": "cancelled",
         "refund_initiated": False,
     }
-    assert row(env, ORDERS, "ORD-T1")["status"] == "cancelled"
+    assert stored(env, ORDERS, "ORD-T1")["status"] == "cancelled"
     again = call(env, "cancel_order", {"order_id": "ORD-T1", "cancellation_reason": "out_of_stock"})
     assert again["refund_initiated"] is False
 
@@ -275,13 +261,13 @@ def test_cancel_order_refunds_only_processing_orders(env: Environment) -> None:
 def test_cancel_order_errors(env: Environment) -> None:
     assert call(
         env, "cancel_order", {"order_id": "ORD-X", "cancellation_reason": "customer_request"}
-    ) == error("cancel_order", "Order not found: ORD-X")
-    assert call(env, "cancel_order", {"order_id": "ORD-T1", "cancellation_reason": "bored"}) == error(
+    ) == failure("cancel_order", "Order not found: ORD-X")
+    assert call(env, "cancel_order", {"order_id": "ORD-T1", "cancellation_reason": "bored"}) == failure(
         "cancel_order",
         "Input validation failed: cancellation_reason: Input should be 'customer_request', 'payment_failed', "
         "'address_undeliverable' or 'out_of_stock'",
     )
-    assert row(env, ORDERS, "ORD-T1")["status"] == "processing"
+    assert stored(env, ORDERS, "ORD-T1")["status"] == "processing"
 
 
 def test_create_replacement_order_writes_free_order_and_takes_stock(env: Environment) -> None:
@@ -290,21 +276,21 @@ def test_create_replacement_order_writes_free_order_and_takes_stock(env: Environ
         "status": "processing",
         "total_amount": 0.0,
     }
-    order = row(env, ORDERS, "ORD-20000001")
+    order = stored(env, ORDERS, "ORD-20000001")
     assert order["order_date"] == "2025-10-01T13:00:05Z" and order["shipping_speed"] == "expedited"
     assert order["total_amount"] == 0.0 and order["shipping_address_city"] == "Dallas"
     assert order["fulfillment_type"] == "warehouse" and order["installation_service_id"] is None
-    line = row(env, LINES, "LIN-20000001")
+    line = stored(env, LINES, "LIN-20000001")
     assert (line["order_id"], line["product_name"], line["quantity"], line["final_price"]) == (
         "ORD-20000001",
         "Speaker",
         2,
         0.0,
     )
-    assert row(env, INVENTORY, "SKU-T1")["available_quantity"] == 1
+    assert stored(env, INVENTORY, "SKU-T1")["available_quantity"] == 1
     second = call(env, "create_replacement_order", {**REPLACEMENT, "quantity": "3"})
     assert second["replacement_order_id"] == "ORD-20000002"
-    assert row(env, INVENTORY, "SKU-T1")["available_quantity"] == -2
+    assert stored(env, INVENTORY, "SKU-T1")["available_quantity"] == -2
 
 
 def test_create_replacement_order_uses_first_free_ids(env: Environment) -> None:
@@ -316,13 +302,13 @@ def test_create_replacement_order_uses_first_free_ids(env: Environment) -> None:
     )
     out = call(env, "create_replacement_order", REPLACEMENT)
     assert out["replacement_order_id"] == "ORD-20000002"
-    assert row(env, LINES, "LIN-20000003")["order_id"] == "ORD-20000002"
+    assert stored(env, LINES, "LIN-20000003")["order_id"] == "ORD-20000002"
 
 
 def test_create_replacement_order_needs_stock(env: Environment) -> None:
     orders = env.table(ORDERS).count()
     for sku in ("SKU-OUT", "SKU-MISSING"):
-        assert call(env, "create_replacement_order", {**REPLACEMENT, "sku": sku}) == error(
+        assert call(env, "create_replacement_order", {**REPLACEMENT, "sku": sku}) == failure(
             "create_replacement_order",
             f"Product out of stock - cannot create replacement order for SKU {sku}. Available quantity is 0.",
         )
@@ -330,10 +316,10 @@ def test_create_replacement_order_needs_stock(env: Environment) -> None:
 
 
 def test_create_replacement_order_without_product_keeps_stock_decrement(env: Environment) -> None:
-    assert call(env, "create_replacement_order", {**REPLACEMENT, "sku": "SKU-NOPIM"}) == error(
+    assert call(env, "create_replacement_order", {**REPLACEMENT, "sku": "SKU-NOPIM"}) == failure(
         "create_replacement_order", "Product SKU not found: SKU-NOPIM"
     )
-    assert row(env, INVENTORY, "SKU-NOPIM")["available_quantity"] == 3
+    assert stored(env, INVENTORY, "SKU-NOPIM")["available_quantity"] == 3
     assert not env.table(ORDERS).exists("ORD-20000001")
 
 
@@ -345,9 +331,9 @@ def test_reship_order_readdresses_and_adds_pending_shipment(env: Environment) ->
         "reship_cost": 15.0,
         "reship_initiated": True,
     }
-    order = row(env, ORDERS, "ORD-T1")
+    order = stored(env, ORDERS, "ORD-T1")
     assert (order["shipping_address_line1"], order["shipping_address_zip"]) == ("2 Right Road", "78702")
-    shipment = row(env, SHIPMENTS, "SHP-20000001")
+    shipment = stored(env, SHIPMENTS, "SHP-20000001")
     assert shipment == {
         "id": "SHP-20000001",
         "order_id": "ORD-T1",
@@ -357,7 +343,7 @@ def test_reship_order_readdresses_and_adds_pending_shipment(env: Environment) ->
         "estimated_delivery_date": "2025-10-06T13:00:05Z",
         "actual_delivery_date": None,
     }
-    tracking = row(env, TRACKING, "TRK-200000000001")
+    tracking = stored(env, TRACKING, "TRK-200000000001")
     assert (tracking["status"], tracking["current_location"], tracking["last_update"]) == (
         "pending",
         None,
@@ -369,14 +355,14 @@ def test_reship_order_readdresses_and_adds_pending_shipment(env: Environment) ->
 
 def test_reship_order_errors_leave_state_alone(env: Environment) -> None:
     before = env.state_hash()
-    assert call(env, "reship_order", {**RESHIP, "order_id": "ORD-X"}) == error(
+    assert call(env, "reship_order", {**RESHIP, "order_id": "ORD-X"}) == failure(
         "reship_order", "Order not found: ORD-X"
     )
-    assert call(env, "reship_order", {**RESHIP, "order_id": "ORD-T2"}) == error(
+    assert call(env, "reship_order", {**RESHIP, "order_id": "ORD-T2"}) == failure(
         "reship_order", "No tracking found for shipment: SHP-T2"
     )
     env.apply_patch({ORDERS: [{**ORDER, "id": "ORD-T3"}]})
-    assert call(env, "reship_order", {**RESHIP, "order_id": "ORD-T3"}) == error(
+    assert call(env, "reship_order", {**RESHIP, "order_id": "ORD-T3"}) == failure(
         "reship_order", "No shipment found for order: ORD-T3"
     )
     env.table(ORDERS).delete("ORD-T3")
@@ -399,8 +385,8 @@ def test_update_order_address_overwrites_without_checks(env: Environment) -> Non
         "new_shipping_address_state": "TX",
         "new_shipping_address_zip": "76701",
     }
-    assert row(env, ORDERS, "ORD-T2")["shipping_address_city"] == "Waco"
-    assert call(env, "update_order_address", {**args, "order_id": "ORD-X"}) == error(
+    assert stored(env, ORDERS, "ORD-T2")["shipping_address_city"] == "Waco"
+    assert call(env, "update_order_address", {**args, "order_id": "ORD-X"}) == failure(
         "update_order_address", "Order not found: ORD-X"
     )
     assert call(env, "update_order_address", {"order_id": "ORD-T2"})["error"].startswith(
@@ -422,7 +408,7 @@ def test_update_shipping_speed_reprices_order(
         "cost_difference": difference,
         "updated": True,
     }
-    order = row(env, ORDERS, "ORD-T1")
+    order = stored(env, ORDERS, "ORD-T1")
     assert (order["shipping_speed"], order["shipping_cost"], order["total_amount"]) == (speed, cost, total)
 
 
@@ -432,7 +418,7 @@ def test_update_shipping_speed_downgrade_and_errors(env: Environment) -> None:
     assert (down["old_shipping_speed"], down["cost_difference"]) == ("next_day", 15.0 - 29.99)
     assert call(
         env, "update_shipping_speed", {"order_id": "ORD-X", "new_shipping_speed": "standard"}
-    ) == error("update_shipping_speed", "Order not found: ORD-X")
+    ) == failure("update_shipping_speed", "Order not found: ORD-X")
 
 
 def test_replacement_follows_a_golden_trajectory(
@@ -447,8 +433,8 @@ def test_replacement_follows_a_golden_trajectory(
     )
     with Environment(retail, sqlite_db) as env:
         env.apply_patch(task.data_patch)
-        stock = row(env, INVENTORY, params["sku"])["available_quantity"]
+        stock = stored(env, INVENTORY, params["sku"])["available_quantity"]
         out = call(env, "create_replacement_order", params)
         new_line = env.table(LINES).where(order_id=out["replacement_order_id"])[0]
-        assert new_line.product_name == row(env, PRODUCTS, params["sku"])["name"]
-        assert row(env, INVENTORY, params["sku"])["available_quantity"] == stock - params["quantity"]
+        assert new_line.product_name == stored(env, PRODUCTS, params["sku"])["name"]
+        assert stored(env, INVENTORY, params["sku"])["available_quantity"] == stock - params["quantity"]

@@ -2,37 +2,14 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
+from benchmark.envs import Environment
+from benchmark.tasks import Task
+from tests.support.envs import call
 
-from benchmark.envs import Database, Domain, Environment, load_domain
-from benchmark.tasks import Task, resolve_data
-
-DOMAIN = "sandbox_external_retail"
 TXNS = "external_retail_toolset_stripe_models_payment_transactions"
 REFUNDS = "external_retail_toolset_stripe_models_refunds"
-
-
-@pytest.fixture(scope="module")
-def domain_and_tasks() -> tuple[Domain, list[Task]]:
-    data = resolve_data()
-    return load_domain(DOMAIN, data.bundle), list(data.tasks([DOMAIN]))
-
-
-@pytest.fixture(scope="module")
-def bench_db() -> Iterator[Database]:
-    db = Database()
-    yield db
-    db.dispose()
-
-
-@pytest.fixture
-def env(domain_and_tasks: tuple[Domain, list[Task]], bench_db: Database) -> Iterator[Environment]:
-    with Environment(domain_and_tasks[0], bench_db) as environment:
-        yield environment
 
 
 def _golden_call(tasks: list[Task], tool: str) -> tuple[Task, dict[str, Any]]:
@@ -42,14 +19,10 @@ def _golden_call(tasks: list[Task], tool: str) -> tuple[Task, dict[str, Any]]:
         if calls and calls[0].tool == tool:
             return task, dict(calls[0].parameters)
     for task in tasks:
-        for call in task.answer.golden_tool_interactions:
-            if call.tool == tool:
-                return task, dict(call.parameters)
+        for step in task.answer.golden_tool_interactions:
+            if step.tool == tool:
+                return task, dict(step.parameters)
     raise LookupError(tool)
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
 
 
 def test_charge_customer_appends_authorized_card_charge(env: Environment) -> None:
@@ -97,10 +70,8 @@ def test_charge_customer_refuses_an_id_collision(env: Environment) -> None:
     assert out["error"] == f"Tool execution failed: Object with ID {taken} already exists"
 
 
-def test_create_refund_from_golden_call(
-    domain_and_tasks: tuple[Domain, list[Task]], env: Environment
-) -> None:
-    task, params = _golden_call(domain_and_tasks[1], "create_refund")
+def test_create_refund_from_golden_call(retail_tasks: list[Task], env: Environment) -> None:
+    task, params = _golden_call(retail_tasks, "create_refund")
     env.apply_patch(task.data_patch)
     original = env.table(TXNS).where(order_id=params["order_id"])[-1]
     refunds_before = env.table(REFUNDS).count()

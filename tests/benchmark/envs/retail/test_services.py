@@ -3,42 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
+from benchmark.envs import Environment
+from benchmark.tasks import Task
+from tests.support.envs import call
 
-from benchmark.envs import Database, Domain, Environment, load_domain
-from benchmark.tasks import Task, resolve_data
-
-DOMAIN = "sandbox_external_retail"
 CONTRACTS = "external_retail_toolset_extend_models_warranty_contracts"
 CLAIMS = "external_retail_toolset_extend_models_warranty_claims"
 JOBS = "external_retail_toolset_jobber_models_installation_jobs"
 RMAS = "external_retail_toolset_loop_returns_models_rma_records"
-
-
-@pytest.fixture(scope="module")
-def domain_and_tasks() -> tuple[Domain, list[Task]]:
-    data = resolve_data()
-    return load_domain(DOMAIN, data.bundle), list(data.tasks([DOMAIN]))
-
-
-@pytest.fixture(scope="module")
-def bench_db() -> Iterator[Database]:
-    db = Database()
-    yield db
-    db.dispose()
-
-
-@pytest.fixture
-def env(domain_and_tasks: tuple[Domain, list[Task]], bench_db: Database) -> Iterator[Environment]:
-    with Environment(domain_and_tasks[0], bench_db) as environment:
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
 
 
 def _contract(contract_id: str, start: str, end: str, sku: str = "SKU-T") -> dict[str, Any]:
@@ -292,11 +266,11 @@ def test_get_rma_status_unknown(env: Environment) -> None:
     }
 
 
-def test_golden_warranty_flow(domain_and_tasks: tuple[Domain, list[Task]], env: Environment) -> None:
+def test_golden_warranty_flow(retail_tasks: list[Task], env: Environment) -> None:
     """A task that checks coverage and then files a claim on the contract it found."""
     task = next(
         t
-        for t in domain_and_tasks[1]
+        for t in retail_tasks
         if [c.tool for c in t.answer.golden_tool_interactions if c.tool.endswith("warranty_claim")]
         and any(c.tool == "check_warranty_coverage" for c in t.answer.golden_tool_interactions)
     )

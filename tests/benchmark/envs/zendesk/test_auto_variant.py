@@ -2,52 +2,25 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from typing import Any
-
-import pytest
-
-from benchmark.envs import Database, Domain, Environment, load_domain
-from benchmark.tasks import BenchData
+from benchmark.envs import Environment
+from tests.support.envs import call, create_item, domain_fixture, error_of, update_item
 
 AUTO = "sandbox_auto_insurance"
 TICKETS = "zendesk_tickets"
 VIOLATIONS = "zendesk_ticket_status_violations"
 
 
-@pytest.fixture(scope="module")
-def auto(bench: BenchData) -> Domain:
-    return load_domain(AUTO, bench.bundle)
-
-
-@pytest.fixture
-def env(auto: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(auto, sqlite_db) as environment:
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(env: Environment, tool: str, args: dict[str, Any]) -> str:
-    out = call(env, tool, args)
-    assert out["tool"] == tool
-    return out["error"]
+domain = domain_fixture(AUTO)
 
 
 def test_create_ticket_in_a_non_open_status_logs_a_violation(env: Environment) -> None:
-    item = call(
+    item = create_item(
         env,
-        "zendesk_create_item",
+        "tickets",
         {
-            "table": "tickets",
-            "item": {
-                "subject": "Extension granted",
-                "status": "pending",
-                "request_category": "Billing & Payments",
-            },
+            "subject": "Extension granted",
+            "status": "pending",
+            "request_category": "Billing & Payments",
         },
     )["item"]
     assert (item["id"], item["status"], item["request_category"]) == ("6", "pending", "Billing & Payments")
@@ -70,30 +43,26 @@ def test_create_ticket_in_a_non_open_status_logs_a_violation(env: Environment) -
 
 
 def test_create_ticket_without_status_is_new_and_logged(env: Environment) -> None:
-    call(env, "zendesk_create_item", {"table": "tickets", "item": {"subject": "S"}})
-    call(env, "zendesk_create_item", {"table": "tickets", "item": {"subject": "T", "status": "closed"}})
+    create_item(env, "tickets", {"subject": "S"})
+    create_item(env, "tickets", {"subject": "T", "status": "closed"})
     logged = [(v.ticket_id, v.created_status.value) for v in env.table(VIOLATIONS).all()[5:]]
     assert logged == [("6", "new"), ("7", "closed")]
 
 
 def test_open_tickets_other_tables_and_updates_log_nothing(env: Environment) -> None:
-    call(env, "zendesk_create_item", {"table": "tickets", "item": {"subject": "S", "status": "open"}})
-    call(env, "zendesk_create_item", {"table": "organizations", "item": {"name": "Org"}})
-    item = call(
-        env,
-        "zendesk_update_item",
-        {"table": "tickets", "id": "6", "item": {"status": "solved", "tags": None}},
-    )["item"]
+    create_item(env, "tickets", {"subject": "S", "status": "open"})
+    create_item(env, "organizations", {"name": "Org"})
+    item = update_item(env, "tickets", "6", {"status": "solved", "tags": None})["item"]
     assert (item["status"], item["tags"], item["updated_at"]) == ("solved", [], "2025-10-01T13:00:10Z")
     assert env.table(VIOLATIONS).count() == 5
 
 
 def test_failed_create_logs_nothing(env: Environment) -> None:
-    message = error(
+    message = error_of(
         env, "zendesk_create_item", {"table": "tickets", "item": {"subject": "S", "status": "bad"}}
     )
     assert "item.TicketCreateInput.status: Input should be" in message
-    assert "Unsupported table: 'groups'" in error(
+    assert "Unsupported table: 'groups'" in error_of(
         env, "zendesk_create_item", {"table": "groups", "item": {"subject": "S", "status": "pending"}}
     )
     assert env.table(TICKETS).count() == 5
@@ -101,11 +70,9 @@ def test_failed_create_logs_nothing(env: Environment) -> None:
 
 
 def test_update_ignores_nulls(env: Environment) -> None:
-    item = call(
-        env,
-        "zendesk_update_item",
-        {"table": "tickets", "id": "2", "item": {"outcome_summary": None, "escalation_level": "Supervisor"}},
-    )["item"]
+    item = update_item(env, "tickets", "2", {"outcome_summary": None, "escalation_level": "Supervisor"})[
+        "item"
+    ]
     assert (item["outcome_summary"], item["escalation_level"]) == ("Pending – Internal Review", "Supervisor")
     assert env.table(TICKETS).get("2").escalation_level == "Supervisor"
 

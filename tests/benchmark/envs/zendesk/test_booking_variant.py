@@ -2,39 +2,15 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from typing import Any
-
-import pytest
-
-from benchmark.envs import Database, Domain, Environment, load_domain
+from benchmark.envs import Environment
 from benchmark.envs.zendesk.variant import booking_ticket_tags
-from benchmark.tasks import BenchData
+from tests.support.envs import call, create_item, domain_fixture, error_of, update_item
 
 BOOKING = "external_booking_v1"
 TICKETS = "zendesk_tickets"
 
 
-@pytest.fixture(scope="module")
-def booking(bench: BenchData) -> Domain:
-    return load_domain(BOOKING, bench.bundle)
-
-
-@pytest.fixture
-def env(booking: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(booking, sqlite_db) as environment:
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(env: Environment, tool: str, args: dict[str, Any]) -> str:
-    out = call(env, tool, args)
-    assert out["tool"] == tool
-    return out["error"]
+domain = domain_fixture(BOOKING)
 
 
 def test_booking_ticket_tags_drop_ignored_case_insensitively_and_sort() -> None:
@@ -44,11 +20,7 @@ def test_booking_ticket_tags_drop_ignored_case_insensitively_and_sort() -> None:
 
 def test_create_ticket_stores_filtered_tags_but_echoes_the_sent_ones(env: Environment) -> None:
     sent = ["vip-customer", "check-in-upcoming", "b2c-customer", "Repeat-Issue"]
-    item = call(
-        env,
-        "zendesk_create_item",
-        {"table": "tickets", "item": {"subject": "Change dates", "status": "open", "tags": sent}},
-    )["item"]
+    item = create_item(env, "tickets", {"subject": "Change dates", "status": "open", "tags": sent})["item"]
     assert item["id"] == "13"  # 12 default tickets
     assert item["tags"] == sent
     assert item["refund_amount"] == 0.0
@@ -58,28 +30,22 @@ def test_create_ticket_stores_filtered_tags_but_echoes_the_sent_ones(env: Enviro
 
 
 def test_create_ticket_without_tags_or_refund_gets_empty_tags_and_zero_refund(env: Environment) -> None:
-    item = call(
-        env, "zendesk_create_item", {"table": "tickets", "item": {"subject": "S", "refund_amount": None}}
-    )["item"]
+    item = create_item(env, "tickets", {"subject": "S", "refund_amount": None})["item"]
     assert (item["tags"], item["refund_amount"], item["status"]) == ([], 0.0, "new")
-    kept = call(
-        env, "zendesk_create_item", {"table": "tickets", "item": {"subject": "T", "refund_amount": 42}}
-    )
+    kept = create_item(env, "tickets", {"subject": "T", "refund_amount": 42})
     assert kept["item"]["refund_amount"] == 42.0
     assert env.table(TICKETS).get("14").refund_amount == 42.0
 
 
 def test_create_does_not_default_refund_on_other_tables(env: Environment) -> None:
-    item = call(
-        env, "zendesk_create_item", {"table": "users", "item": {"name": "Ann", "email": "ann@example.com"}}
-    )["item"]
+    item = create_item(env, "users", {"name": "Ann", "email": "ann@example.com"})["item"]
     assert item["id"] == "7"
     assert "refund_amount" not in item
     assert "tags" not in item
 
 
 def test_create_rejects_invalid_status(env: Environment) -> None:
-    message = error(
+    message = error_of(
         env, "zendesk_create_item", {"table": "tickets", "item": {"subject": "S", "status": "bad"}}
     )
     assert message.startswith(
@@ -89,18 +55,15 @@ def test_create_rejects_invalid_status(env: Environment) -> None:
 
 
 def test_update_filters_sent_tags_ignores_nulls_and_sets_custom_fields(env: Environment) -> None:
-    item = call(
+    item = update_item(
         env,
-        "zendesk_update_item",
+        "tickets",
+        "TCK-10000001",
         {
-            "table": "tickets",
-            "id": "TCK-10000001",
-            "item": {
-                "tags": ["hotel-partner-escalation", "date-change"],
-                "priority": None,
-                "resolution_action": "escalated-hotel",
-                "refund_amount": 12.5,
-            },
+            "tags": ["hotel-partner-escalation", "date-change"],
+            "priority": None,
+            "resolution_action": "escalated-hotel",
+            "refund_amount": 12.5,
         },
     )["item"]
     assert item["tags"] == ["hotel-partner-escalation", "date-change"]
@@ -116,15 +79,13 @@ def test_update_filters_sent_tags_ignores_nulls_and_sets_custom_fields(env: Envi
 
 
 def test_update_without_tags_shows_the_stored_tags_and_null_tags_keep_them(env: Environment) -> None:
-    item = call(
-        env, "zendesk_update_item", {"table": "tickets", "id": "TCK-10000002", "item": {"tags": None}}
-    )["item"]
+    item = update_item(env, "tickets", "TCK-10000002", {"tags": None})["item"]
     assert item["tags"] == ["refund", "cancellation"]
     assert env.table(TICKETS).get("TCK-10000002").tags == ["refund", "cancellation"]
 
 
 def test_update_unknown_ticket_errors(env: Environment) -> None:
-    assert error(
+    assert error_of(
         env, "zendesk_update_item", {"table": "tickets", "id": "13", "item": {"status": "open"}}
     ) == ("Tool execution failed: Item with ID '13' not found in table 'tickets'")
 

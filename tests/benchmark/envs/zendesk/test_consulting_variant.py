@@ -6,14 +6,8 @@ violation; an int ``organization_id`` never reaches the User row through the too
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from typing import Any
-
-import pytest
-
-from benchmark.envs import Database, Domain, Environment, load_domain
-from benchmark.tasks import BenchData
+from benchmark.envs import Environment
+from tests.support.envs import call, create_item, domain_fixture, error_of, update_item
 
 CONSULTING = "sandbox_consulting"
 TICKETS = "zendesk_tickets"
@@ -36,39 +30,18 @@ CUSTOM_FIELDS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def consulting(bench: BenchData) -> Domain:
-    return load_domain(CONSULTING, bench.bundle)
-
-
-@pytest.fixture
-def env(consulting: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(consulting, sqlite_db) as environment:
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(env: Environment, tool: str, args: dict[str, Any]) -> str:
-    out = call(env, tool, args)
-    assert out["tool"] == tool
-    return out["error"]
+domain = domain_fixture(CONSULTING)
 
 
 def test_create_ticket_keeps_tags_as_sent_and_logs_a_non_open_status(env: Environment) -> None:
-    item = call(
+    item = create_item(
         env,
-        "zendesk_create_item",
+        "tickets",
         {
-            "table": "tickets",
-            "item": {
-                "subject": "Laptop refresh",
-                "status": "pending",
-                "tags": ["Hardware_Request", "approval"],
-                "engagement_code": "ENG-1234567",
-            },
+            "subject": "Laptop refresh",
+            "status": "pending",
+            "tags": ["Hardware_Request", "approval"],
+            "engagement_code": "ENG-1234567",
         },
     )["item"]
     assert (item["id"], item["tags"], item["engagement_code"]) == (
@@ -87,20 +60,13 @@ def test_create_ticket_keeps_tags_as_sent_and_logs_a_non_open_status(env: Enviro
 
 
 def test_open_create_and_updates_log_nothing(env: Environment) -> None:
-    created = call(
-        env,
-        "zendesk_create_item",
-        {
-            "table": "tickets",
-            "item": {"subject": "Access", "status": "open", "assignee_id": "157", "tags": None},
-        },
+    created = create_item(
+        env, "tickets", {"subject": "Access", "status": "open", "assignee_id": "157", "tags": None}
     )["item"]
     assert (created["status"], created["tags"]) == ("open", [])
-    updated = call(
-        env,
-        "zendesk_update_item",
-        {"table": "tickets", "id": "6", "item": {"status": "solved", "tags": None, "client_id": "CL-1"}},
-    )["item"]
+    updated = update_item(env, "tickets", "6", {"status": "solved", "tags": None, "client_id": "CL-1"})[
+        "item"
+    ]
     assert (updated["status"], updated["tags"], updated["client_id"], updated["assignee_id"]) == (
         "solved",
         [],
@@ -112,7 +78,7 @@ def test_open_create_and_updates_log_nothing(env: Environment) -> None:
 
 
 def test_string_tags_are_refused(env: Environment) -> None:
-    message = error(
+    message = error_of(
         env,
         "zendesk_create_item",
         {"table": "tickets", "item": {"subject": "S", "tags": "a,b", "status": "new"}},
@@ -122,20 +88,15 @@ def test_string_tags_are_refused(env: Environment) -> None:
 
 
 def test_user_organization_id_is_text(env: Environment) -> None:
-    user = call(
-        env,
-        "zendesk_create_item",
-        {
-            "table": "users",
-            "item": {"name": "Dana Cole", "email": "dana.cole@msg.com", "organization_id": "2"},
-        },
+    user = create_item(
+        env, "users", {"name": "Dana Cole", "email": "dana.cole@msg.com", "organization_id": "2"}
     )["item"]
     assert (user["id"], user["organization_id"]) == ("6", "2")
     assert env.table(USERS).get("6").organization_id == "2"
 
 
 def test_int_user_organization_id_falls_to_another_input_and_fails(env: Environment) -> None:
-    message = error(
+    message = error_of(
         env,
         "zendesk_create_item",
         {"table": "users", "item": {"name": "Dana Cole", "email": "d@msg.com", "organization_id": 2}},
@@ -147,7 +108,7 @@ def test_int_user_organization_id_falls_to_another_input_and_fails(env: Environm
 
 
 def test_ticket_comments_cannot_be_updated(env: Environment) -> None:
-    message = error(
+    message = error_of(
         env, "zendesk_update_item", {"table": "ticket_comments", "id": "1", "item": {"body": "x"}}
     )
     assert message == "Tool execution failed: The value is not updatable. Ticket comments cannot be modified."

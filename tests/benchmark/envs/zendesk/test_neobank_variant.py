@@ -6,15 +6,10 @@ sorted; a ticket created in a status other than open is logged as a violation.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from typing import Any
-
-import pytest
-
-from benchmark.envs import Database, Domain, Environment, load_domain
+from benchmark.envs import Database, Domain, Environment
 from benchmark.envs.zendesk.variant import neobank_item, neobank_ticket_tags
 from benchmark.tasks import BenchData, Task
+from tests.support.envs import call, create_item, domain_fixture, error_of, update_item
 
 NEOBANK = "sandbox_neobank_support_v1"
 TICKETS = "zendesk_tickets"
@@ -35,25 +30,7 @@ CUSTOM_FIELDS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def neobank(bench: BenchData) -> Domain:
-    return load_domain(NEOBANK, bench.bundle)
-
-
-@pytest.fixture
-def env(neobank: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(neobank, sqlite_db) as environment:
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(env: Environment, tool: str, args: dict[str, Any]) -> str:
-    out = call(env, tool, args)
-    assert out["tool"] == tool
-    return out["error"]
+domain = domain_fixture(NEOBANK)
 
 
 def test_hooks_split_strip_lower_and_sort() -> None:
@@ -72,17 +49,14 @@ def test_hooks_split_strip_lower_and_sort() -> None:
 
 
 def test_create_ticket_stores_and_returns_normalised_tags(env: Environment) -> None:
-    item = call(
+    item = create_item(
         env,
-        "zendesk_create_item",
+        "tickets",
         {
-            "table": "tickets",
-            "item": {
-                "subject": "VPN",
-                "status": "open",
-                "tags": "Temporary_Access,escalated",
-                "owner": "it_inf_team",
-            },
+            "subject": "VPN",
+            "status": "open",
+            "tags": "Temporary_Access,escalated",
+            "owner": "it_inf_team",
         },
     )["item"]
     assert (item["id"], item["tags"], item["owner"]) == (
@@ -96,22 +70,14 @@ def test_create_ticket_stores_and_returns_normalised_tags(env: Environment) -> N
 
 
 def test_create_ticket_with_empty_or_null_tags_stores_none(env: Environment) -> None:
-    first = call(
-        env,
-        "zendesk_create_item",
-        {"table": "tickets", "item": {"subject": "A", "status": "open", "tags": ""}},
-    )
-    second = call(
-        env,
-        "zendesk_create_item",
-        {"table": "tickets", "item": {"subject": "B", "status": "open", "tags": None}},
-    )
+    first = create_item(env, "tickets", {"subject": "A", "status": "open", "tags": ""})
+    second = create_item(env, "tickets", {"subject": "B", "status": "open", "tags": None})
     assert (first["item"]["tags"], second["item"]["tags"]) == ([], [])
     assert [t.tags for t in env.table(TICKETS).all()[5:]] == [[], []]
 
 
 def test_tags_must_be_a_string(env: Environment) -> None:
-    message = error(
+    message = error_of(
         env, "zendesk_create_item", {"table": "tickets", "item": {"subject": "S", "tags": ["escalated"]}}
     )
     prefix = "Tool execution failed: Input validation failed: "
@@ -120,8 +86,8 @@ def test_tags_must_be_a_string(env: Environment) -> None:
 
 
 def test_create_ticket_in_a_non_open_status_logs_a_violation(env: Environment) -> None:
-    call(env, "zendesk_create_item", {"table": "tickets", "item": {"subject": "Done", "status": "solved"}})
-    call(env, "zendesk_create_item", {"table": "tickets", "item": {"subject": "Defaulted"}})
+    create_item(env, "tickets", {"subject": "Done", "status": "solved"})
+    create_item(env, "tickets", {"subject": "Defaulted"})
     logged = [v.model_dump(mode="json") for v in env.table(VIOLATIONS).all()[5:]]
     assert logged == [
         {
@@ -140,51 +106,39 @@ def test_create_ticket_in_a_non_open_status_logs_a_violation(env: Environment) -
 
 
 def test_update_normalises_sent_tags_and_ignores_nulls(env: Environment) -> None:
-    item = call(
-        env,
-        "zendesk_update_item",
-        {
-            "table": "tickets",
-            "id": "2",
-            "item": {"tags": "Redirected,escalated", "status": "hold", "owner": None},
-        },
+    item = update_item(
+        env, "tickets", "2", {"tags": "Redirected,escalated", "status": "hold", "owner": None}
     )["item"]
     assert (item["tags"], item["status"], item["updated_at"]) == (
         ["escalated", "redirected"],
         "hold",
         "2025-10-01T13:00:10Z",
     )
-    kept = call(env, "zendesk_update_item", {"table": "tickets", "id": "2", "item": {"tags": None}})["item"]
+    kept = update_item(env, "tickets", "2", {"tags": None})["item"]
     assert kept["tags"] == ["escalated", "redirected"]
-    cleared = call(env, "zendesk_update_item", {"table": "tickets", "id": "2", "item": {"tags": ""}})["item"]
+    cleared = update_item(env, "tickets", "2", {"tags": ""})["item"]
     assert cleared["tags"] == []
     assert env.table(TICKETS).get("2").tags == []
     assert env.table(VIOLATIONS).count() == 5
 
 
 def test_update_missing_ticket_fails(env: Environment) -> None:
-    message = error(
+    message = error_of(
         env, "zendesk_update_item", {"table": "tickets", "id": "99", "item": {"tags": "escalated"}}
     )
     assert message == "Tool execution failed: Item with ID '99' not found in table 'tickets'"
 
 
 def test_organization_domain_names_split_but_keep_order_and_case(env: Environment) -> None:
-    created = call(
-        env,
-        "zendesk_create_item",
-        {"table": "organizations", "item": {"name": "Ops", "domain_names": "b.org, A.com"}},
-    )["item"]
+    created = create_item(env, "organizations", {"name": "Ops", "domain_names": "b.org, A.com"})["item"]
     assert (created["id"], created["domain_names"]) == ("6", ["b.org", "A.com"])
-    updated = call(
-        env, "zendesk_update_item", {"table": "organizations", "id": "3", "item": {"domain_names": "vdb.com"}}
-    )["item"]
+    updated = update_item(env, "organizations", "3", {"domain_names": "vdb.com"})["item"]
     assert (updated["domain_names"], updated["updated_at"]) == (["vdb.com"], "2025-10-01T13:00:05Z")
     assert env.table(ORGANIZATIONS).get("3").domain_names == ["vdb.com"]
 
 
 def _golden_non_open_create(tasks: list[Task]) -> tuple[Task, int]:
-    """The golden trajectory that creates a ticket directly in a non-open status (SPEC §2 (d))."""
+    """The golden trajectory that creates a ticket directly in a non-open status (bundle SPEC.md §2 (d))."""
     for task in tasks:
         for index, step in enumerate(task.answer.golden_tool_interactions):
             params = step.parameters
@@ -195,11 +149,11 @@ def _golden_non_open_create(tasks: list[Task]) -> tuple[Task, int]:
 
 
 def test_golden_that_creates_a_solved_ticket_appends_a_violation(
-    bench: BenchData, neobank: Domain, sqlite_db: Database
+    bench: BenchData, domain: Domain, sqlite_db: Database
 ) -> None:
     task, index = _golden_non_open_create(bench.tasks([NEOBANK]))
     steps = task.answer.golden_tool_interactions
-    with Environment(neobank, sqlite_db) as env:
+    with Environment(domain, sqlite_db) as env:
         env.apply_patch(task.data_patch)
         before = env.table(VIOLATIONS).count()
         for step in steps[:index]:

@@ -2,35 +2,16 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
-from benchmark.envs import Database, Domain, Environment
+from benchmark.envs import Environment
 from benchmark.envs.zendesk import odata
 from benchmark.envs.zendesk.variant import ODATA_COMPARATORS, RETAIL_COMPARATORS
+from tests.support.envs import call, create_item, error_of, update_item
 
 TICKETS = "zendesk_tickets"
 USERS = "zendesk_users"
 TICKET_COMMENTS = "zendesk_ticket_comments"
-
-
-@pytest.fixture
-def env(retail: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(retail, sqlite_db) as environment:
-        yield environment
-
-
-def call(env: Environment, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(env.call_tool(tool, args))
-
-
-def error(env: Environment, tool: str, args: dict[str, Any]) -> str:
-    out = call(env, tool, args)
-    assert out["tool"] == tool
-    return out["error"]
 
 
 def ids(out: dict[str, Any]) -> list[Any]:
@@ -61,10 +42,10 @@ def test_get_item_finds_int_keyed_ticket_comments_by_string_id(env: Environment)
 
 
 def test_get_item_errors_name_the_enum_member_or_the_unsupported_value(env: Environment) -> None:
-    assert error(env, "zendesk_get_item", {"table": "users", "id": "nope"}) == (
+    assert error_of(env, "zendesk_get_item", {"table": "users", "id": "nope"}) == (
         "Tool execution failed: Item with ID 'nope' not found in table 'TableName.USERS'"
     )
-    assert error(env, "zendesk_get_item", {"table": "groups", "id": "1"}) == (
+    assert error_of(env, "zendesk_get_item", {"table": "groups", "id": "1"}) == (
         "Tool execution failed: Unsupported table: 'groups'. "
         "Only tickets, users, organizations, comments, and ticket_comments are supported."
     )
@@ -118,16 +99,16 @@ def test_get_items_unsortable_orderby_keeps_store_order(env: Environment) -> Non
 
 
 def test_get_items_errors(env: Environment) -> None:
-    assert error(env, "zendesk_get_items", {"table": "tickets", "$filter": "status eq"}) == (
+    assert error_of(env, "zendesk_get_items", {"table": "tickets", "$filter": "status eq"}) == (
         "Tool execution failed: Failed to parse OData filter: "
         "Failed to parse at: Token(type='WS', value=' ', lineno=1, index=6)"
     )
-    assert error(env, "zendesk_get_items", {"table": "tickets", "$filter": "due_at gt 'x'"}) == (
+    assert error_of(env, "zendesk_get_items", {"table": "tickets", "$filter": "due_at gt 'x'"}) == (
         "Tool execution failed: Failed to parse OData filter: "
         "'>' not supported between instances of 'NoneType' and 'str'"
     )
-    assert "Unsupported table: 'articles'" in error(env, "zendesk_get_items", {"table": "articles"})
-    assert "$top: Input should be less than or equal to 1000" in error(
+    assert "Unsupported table: 'articles'" in error_of(env, "zendesk_get_items", {"table": "articles"})
+    assert "$top: Input should be less than or equal to 1000" in error_of(
         env, "zendesk_get_items", {"table": "tickets", "$top": 1001}
     )
 
@@ -142,9 +123,7 @@ def test_other_variants_use_the_real_comparator_classes(env: Environment) -> Non
 
 
 def test_create_ticket_counts_ids_and_fills_defaults(env: Environment) -> None:
-    item = call(
-        env, "zendesk_create_item", {"table": "tickets", "item": {"subject": "Broken", "tags": None}}
-    )["item"]
+    item = create_item(env, "tickets", {"subject": "Broken", "tags": None})["item"]
     assert item == {
         "id": "6",
         "subject": "Broken",
@@ -164,11 +143,7 @@ def test_create_ticket_counts_ids_and_fills_defaults(env: Environment) -> None:
 
 
 def test_create_ticket_comment_gets_numeric_id_key_and_html(env: Environment) -> None:
-    item = call(
-        env,
-        "zendesk_create_item",
-        {"table": "ticket_comments", "item": {"ticket_id": 1, "author_id": 2, "body": "Hi"}},
-    )["item"]
+    item = create_item(env, "ticket_comments", {"ticket_id": 1, "author_id": 2, "body": "Hi"})["item"]
     assert item["id"] == 23118465221916 + 5
     assert item["key"] == "23118465221921"
     assert item["html_body"] == '<div class="zd-comment" dir="auto"><p dir="auto">Hi</p></div>'
@@ -177,7 +152,7 @@ def test_create_ticket_comment_gets_numeric_id_key_and_html(env: Environment) ->
 
 
 def test_create_rejects_invalid_status_and_unsupported_tables(env: Environment) -> None:
-    message = error(
+    message = error_of(
         env, "zendesk_create_item", {"table": "tickets", "item": {"subject": "S", "status": "bad"}}
     )
     assert message.startswith(
@@ -185,7 +160,7 @@ def test_create_rejects_invalid_status_and_unsupported_tables(env: Environment) 
         "Input should be 'new', 'open', 'pending', 'hold', 'solved' or 'closed'; "
         "item.UserCreateInput.name: Field required"
     )
-    assert "Unsupported table: 'groups'" in error(
+    assert "Unsupported table: 'groups'" in error_of(
         env, "zendesk_create_item", {"table": "groups", "item": {"subject": "S"}}
     )
     assert env.table(TICKETS).count() == 5
@@ -194,18 +169,14 @@ def test_create_rejects_invalid_status_and_unsupported_tables(env: Environment) 
 def test_create_after_delete_can_collide_with_an_existing_id(env: Environment) -> None:
     env.apply_patch({TICKETS: [{"id": "6", "subject": "Patched", "created_at": "x", "updated_at": "x"}]})
     assert call(env, "zendesk_delete_item", {"table": "tickets", "id": "1"}) == {"success": True}
-    assert error(env, "zendesk_create_item", {"table": "tickets", "item": {"subject": "New"}}) == (
+    assert error_of(env, "zendesk_create_item", {"table": "tickets", "item": {"subject": "New"}}) == (
         "Tool execution failed: Object with ID 6 already exists"
     )
     assert env.table(TICKETS).get("6").subject == "Patched"
 
 
 def test_update_ticket_applies_sent_values_and_null_tags_clear(env: Environment) -> None:
-    item = call(
-        env,
-        "zendesk_update_item",
-        {"table": "tickets", "id": "1", "item": {"status": "solved", "priority": None, "tags": None}},
-    )["item"]
+    item = update_item(env, "tickets", "1", {"status": "solved", "priority": None, "tags": None})["item"]
     assert (item["status"], item["priority"], item["tags"]) == ("solved", "high", [])
     assert item["updated_at"] == "2025-10-01T13:00:10Z"
     stored = env.table(TICKETS).get("1")
@@ -214,26 +185,20 @@ def test_update_ticket_applies_sent_values_and_null_tags_clear(env: Environment)
 
 def test_update_with_invalid_nested_enum_only_touches_updated_at(env: Environment) -> None:
     before = env.table(TICKETS).get("1").model_dump(mode="json")
-    item = call(
-        env,
-        "zendesk_update_item",
-        {"table": "tickets", "id": "1", "item": {"status": "not_a_valid_status", "organization_id": None}},
-    )["item"]
+    item = update_item(env, "tickets", "1", {"status": "not_a_valid_status", "organization_id": None})["item"]
     assert item == {**before, "updated_at": "2025-10-01T13:00:10Z"}
 
 
 def test_update_other_tables_stamp_the_create_time(env: Environment) -> None:
-    item = call(env, "zendesk_update_item", {"table": "users", "id": "3", "item": {"phone": "+1-555-9999"}})[
-        "item"
-    ]
+    item = update_item(env, "users", "3", {"phone": "+1-555-9999"})["item"]
     assert (item["phone"], item["updated_at"]) == ("+1-555-9999", "2025-10-01T13:00:05Z")
 
 
 def test_update_errors(env: Environment) -> None:
-    assert error(
+    assert error_of(
         env, "zendesk_update_item", {"table": "tickets", "id": "99", "item": {"status": "open"}}
     ) == ("Tool execution failed: Item with ID '99' not found in table 'tickets'")
-    assert error(env, "zendesk_update_item", {"table": "ticket_comments", "id": "1", "item": {}}) == (
+    assert error_of(env, "zendesk_update_item", {"table": "ticket_comments", "id": "1", "item": {}}) == (
         "Tool execution failed: The value is not updatable. Ticket comments cannot be modified."
     )
 
@@ -245,10 +210,10 @@ def test_delete_removes_the_row(env: Environment) -> None:
 
 
 def test_delete_errors(env: Environment) -> None:
-    assert error(env, "zendesk_delete_item", {"table": "users", "id": "2x"}) == (
+    assert error_of(env, "zendesk_delete_item", {"table": "users", "id": "2x"}) == (
         "Tool execution failed: Item with ID '2x' not found in table 'TableName.USERS'"
     )
-    assert error(env, "zendesk_delete_item", {"table": "ticket_comments", "id": "23118465221916"}) == (
+    assert error_of(env, "zendesk_delete_item", {"table": "ticket_comments", "id": "23118465221916"}) == (
         "Tool execution failed: The value is not updatable. Ticket comments cannot be deleted."
     )
     assert env.table(TICKET_COMMENTS).count() == 5
@@ -271,6 +236,6 @@ def test_search_articles_keyword_rules(env: Environment) -> None:
 
 
 def test_search_articles_validates_input(env: Environment) -> None:
-    assert error(env, "zendesk_search_articles", {"query": None}) == (
+    assert error_of(env, "zendesk_search_articles", {"query": None}) == (
         "Tool execution failed: Input validation failed: query: Input should be a valid string"
     )

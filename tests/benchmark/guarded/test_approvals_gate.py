@@ -32,6 +32,7 @@ from guard.journal import JournalBackend
 from guard.models import ChangeSet, RowChange, Verdict
 from guard.policy import PolicyPack, PolicyPackModel, compile_pack
 from guard.session import GuardSession, ToolResult
+from tests.support.envs import RecordingExecutor, open_env
 
 REFUNDS = "external_retail_toolset_stripe_models_refunds"
 SHIPPED = "ORD-10000001"
@@ -71,23 +72,10 @@ class Clock:
             self.now += timedelta(seconds=seconds)
 
 
-class Upstream:
-    """The real environment executor, remembering which calls reached it."""
-
-    def __init__(self, env: Environment) -> None:
-        self.run = executor_for(env)
-        self.calls: list[str] = []
-
-    def __call__(self, tool: str, arguments: Mapping[str, Any]) -> ToolResult:
-        self.calls.append(tool)
-        result: ToolResult = self.run(tool, arguments)
-        return result
-
-
 @pytest.fixture
 def env(retail: Domain, sqlite_db: Database) -> Iterator[Environment]:
-    with Environment(retail, sqlite_db) as e:
-        yield e
+    with open_env(retail, sqlite_db) as environment:  # SQLite only (tests/benchmark/guarded/conftest.py)
+        yield environment
 
 
 @pytest.fixture
@@ -127,8 +115,8 @@ def guarded(
     *,
     session_id: str = "s1",
     principal: str | None = "agent-1",
-) -> tuple[GuardSession, Upstream]:
-    upstream = Upstream(env)
+) -> tuple[GuardSession, RecordingExecutor]:
+    upstream = RecordingExecutor(env)
     session = GuardSession(
         backend_for(env),
         upstream,
@@ -197,7 +185,7 @@ def test_the_checks_that_passed_are_shown_to_the_reviewer(
         RuleText("A refund amount is positive."),
         frozenset({"create_refund"}),
     )
-    upstream = Upstream(env)
+    upstream = RecordingExecutor(env)
     session = GuardSession(
         backend_for(env),
         upstream,

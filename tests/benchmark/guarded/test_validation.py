@@ -11,14 +11,15 @@ from typing import Any
 import pytest
 
 from benchmark.envs import DOMAINS, Database, Domain, Environment, load_domain
-from benchmark.guarded import backend_for, executor_for, tool_infos
+from benchmark.guarded import backend_for, tool_infos
 from benchmark.tasks import BenchData
 from guard.effects import ToolInfo
 from guard.errors import InternalError
 from guard.models import Verdict
 from guard.policy import PolicyPackModel, compile_pack
-from guard.session import GuardSession, ToolResult
+from guard.session import GuardSession
 from guard.validation import ArgumentValidator, InvalidSchemaError, ToolValidators, describe, example
+from tests.support.envs import RecordingExecutor
 
 RETAIL = "sandbox_external_retail"
 
@@ -156,20 +157,6 @@ def test_where_the_guard_is_stricter_than_the_reference(bench: BenchData, domain
     ]
 
 
-# -- a counting upstream ---------------------------------------------------------------------------
-class Counting:
-    """The real environment's executor, counting the calls that reach it."""
-
-    def __init__(self, env: Environment) -> None:
-        self.run = executor_for(env)
-        self.calls: list[str] = []
-
-    def __call__(self, tool: str, arguments: Mapping[str, Any]) -> ToolResult:
-        self.calls.append(tool)
-        result: ToolResult = self.run(tool, arguments)
-        return result
-
-
 def invalid_probes(bench: BenchData, domains: dict[str, Domain], domain: str) -> list[dict[str, Any]]:
     validators = ToolValidators("lax")
     return [
@@ -189,7 +176,7 @@ def test_invalid_arguments_never_reach_the_upstream(
     rows = invalid_probes(bench, domains, domain)
     assert len(rows) > 50
     with Environment(domains[domain], sqlite_db) as env:
-        upstream = Counting(env)
+        upstream = RecordingExecutor(env)
         session = GuardSession(backend_for(env), upstream, tool_infos(env))
         before = env.state_hash()
         for row in rows:
@@ -208,7 +195,7 @@ def test_invalid_arguments_never_reach_the_upstream_on_both_databases(
     bench: BenchData, domains: dict[str, Domain], database: Database
 ) -> None:
     with Environment(domains[RETAIL], database) as env:
-        upstream = Counting(env)
+        upstream = RecordingExecutor(env)
         session = GuardSession(backend_for(env), upstream, tool_infos(env))
         outcome = session.call("cancel_order", {"order_id": 10000001, "cancellation_reason": "whim"})
         assert outcome.verdict is Verdict.REFUSED and upstream.calls == []
@@ -223,7 +210,7 @@ def test_validation_off_in_the_pack_forwards_everything(
 ) -> None:
     pack = compile_pack(PolicyPackModel.model_validate({"name": "p", "errors": {"validation": "off"}}))
     with Environment(domains[RETAIL], sqlite_db) as env:
-        upstream = Counting(env)
+        upstream = RecordingExecutor(env)
         session = GuardSession(backend_for(env), upstream, tool_infos(env), pack)
         outcome = session.call("get_order", {"order_id": 12345})
         assert upstream.calls == ["get_order"]
@@ -234,7 +221,7 @@ def test_validation_off_in_the_pack_forwards_everything(
 
 def test_a_tool_with_a_broken_schema_is_not_called(sqlite_db: Database, domains: dict[str, Domain]) -> None:
     with Environment(domains[RETAIL], sqlite_db) as env:
-        upstream = Counting(env)
+        upstream = RecordingExecutor(env)
         tools = dict(tool_infos(env))
         tools["get_order"] = ToolInfo(
             name="get_order", input_schema={"type": "object", "required": "order_id"}

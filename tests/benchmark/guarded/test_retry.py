@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmark.envs import Database, Domain, Environment
+from benchmark.envs import Environment
 from benchmark.guarded import backend_for, executor_for, tool_infos
 from guard.effects import ToolInfo
 from guard.errors import (
@@ -253,12 +253,6 @@ class Flaky:
             raise exc
         result: ToolResult = self.run(tool, arguments)
         return result
-
-
-@pytest.fixture
-def env(retail: Domain, database: Database) -> Iterator[Environment]:
-    with Environment(retail, database) as e:
-        yield e
 
 
 def session_on(

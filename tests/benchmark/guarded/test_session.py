@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from benchmark.envs import Database, Domain, Environment
+from benchmark.envs import Domain, Environment
 from benchmark.guarded import backend_for, executor_for, tool_infos
 from guard.checks import Check, CheckContext, PythonCheck, RuleText, SqlCheck
 from guard.effects import ToolInfo
@@ -21,6 +21,7 @@ from guard.models import EffectClass, PolicySource, Verdict
 from guard.policy import EMPTY, PolicyPack, PolicyPackModel, compile_pack
 from guard.retry import RetryPolicy, VirtualClock
 from guard.session import GuardSession, SessionClosedError, ToolResult
+from tests.support.envs import RecordingExecutor
 
 ORDERS = "external_retail_toolset_oms_models_orders"
 TICKETS = "zendesk_tickets"
@@ -41,32 +42,13 @@ NEW_TICKET = {
 }
 
 
-class Recorder:
-    """The real environment executor, remembering which calls reached it."""
-
-    def __init__(self, env: Environment) -> None:
-        self.run = executor_for(env)
-        self.calls: list[str] = []
-
-    def __call__(self, tool: str, arguments: Mapping[str, Any]) -> ToolResult:
-        self.calls.append(tool)
-        result: ToolResult = self.run(tool, arguments)
-        return result
-
-
-@pytest.fixture
-def env(retail: Domain, database: Database) -> Iterator[Environment]:
-    with Environment(retail, database) as e:
-        yield e
-
-
 def guard(
     env: Environment,
     *checks: Check,
     policy: PolicyPack = EMPTY,
     tools: dict[str, ToolInfo] | None = None,
-) -> tuple[GuardSession, Recorder]:
-    recorder = Recorder(env)
+) -> tuple[GuardSession, RecordingExecutor]:
+    recorder = RecordingExecutor(env)
     session = GuardSession(
         backend_for(env), recorder, tools or tool_infos(env), policy, extra_checks=checks, session_id="s1"
     )

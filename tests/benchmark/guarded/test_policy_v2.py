@@ -19,7 +19,7 @@ from guard.ruleexpr import ArgSpec, ArgumentValueError
 from guard.session import GuardSession
 from proxy.cli import app
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RETAIL_PACK = ROOT / "policies" / "sandbox_external_retail"
 
 SCHEMA = {
