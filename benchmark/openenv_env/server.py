@@ -45,6 +45,7 @@ def build_app(shared: Shared, max_episodes: int = 64) -> _QuietClose:
             "max_episodes": server.max_concurrent_envs,
             "user_simulator": shared.user is not None,
             "judge": shared.judge is not None,
+            "llm_endpoints": shared.llm_endpoints,
         }
         return JSONResponse(body)
 
