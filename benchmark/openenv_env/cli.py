@@ -50,7 +50,7 @@ def openenv_cmd(
     see docs/openenv.md."""
     console = Console(stderr=True)
     try:
-        from benchmark.openenv_env.hooks import RubricJudge, UserSimulator, load_hook
+        from benchmark.openenv_env.hooks import RubricJudge, UserSimulator
         from benchmark.openenv_env.llm_hooks import load_llm_hooks
         from benchmark.openenv_env.server import serve
         from benchmark.openenv_env.shared import Shared
@@ -68,8 +68,8 @@ def openenv_cmd(
     hooks = None
     try:
         hooks = load_llm_hooks(llm_config) if llm_config is not None else None
-        user = _one("--user-sim", user_sim and load_hook(user_sim, UserSimulator), hooks and hooks.user)
-        grader = _one("--judge", judge and load_hook(judge, RubricJudge), hooks and hooks.judge)
+        user = _hook("--user-sim", user_sim, hooks.user if hooks else None, UserSimulator)
+        grader = _hook("--judge", judge, hooks.judge if hooks else None, RubricJudge)
         shared = Shared(
             resolve_data(data),
             Database(db),
@@ -103,11 +103,13 @@ def _domains(names: list[str]) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _one(option: str, hook: Any, from_config: Any) -> Any:
-    """The hook of ``option`` or of ``--llm-config``'s role; both at once is an error."""
-    if hook and from_config:
+def _hook(option: str, spec: str | None, from_config: Any, protocol: type[Any]) -> Any:
+    """The hook ``option`` names, or ``--llm-config``'s role; both at once is an error."""
+    from benchmark.openenv_env.hooks import load_hook
+
+    if spec and from_config is not None:
         role = "user" if option == "--user-sim" else "judge"
         raise ValueError(
-            f"{option} and --llm-config's {role} role both name one; drop one (or set {role}: none)"
+            f"{option} and --llm-config's {role} role both set one; drop one (or set {role}: none)"
         )
-    return hook or from_config or None
+    return load_hook(spec, protocol) if spec else from_config

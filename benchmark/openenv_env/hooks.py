@@ -63,7 +63,12 @@ def load_hook(spec: str, protocol: type[Any]) -> Any:
     target = getattr(module, attribute, None)
     if target is None:
         raise HookError(f"{spec!r}: {module_name} has no attribute {attribute}")
-    obj = target() if isinstance(target, type) or not isinstance(target, protocol) else target
+    if isinstance(target, type) or not isinstance(target, protocol):
+        try:
+            target = target()
+        except TypeError as exc:
+            raise HookError(f"{spec!r}: cannot be made without arguments: {exc}") from exc
+    obj = target
     if not isinstance(obj, protocol):
         raise HookError(f"{spec!r}: the object does not implement {protocol.__name__}")
     return obj

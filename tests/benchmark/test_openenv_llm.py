@@ -239,12 +239,18 @@ def test_bad_llm_config_is_refused_at_start(tmp_path: Path) -> None:
         "endpoint: {base_url: 'http://127.0.0.1:9/v1', model: m, api_key_env: SHADOWGUARD_UNSET_KEY_X}\n",
         encoding="utf-8",
     )
-    for path, want in (
-        (bad, "field agent.base_url: String should match pattern"),
-        (unset, "SHADOWGUARD_UNSET_KEY_X"),
-    ):
+    both = tmp_path / "both.yaml"
+    both.write_text("endpoint: {base_url: 'http://127.0.0.1:9/v1', model: m}\n", encoding="utf-8")
+    needs_args = ["--user-sim", "benchmark.openenv_env.llm_hooks:LlmUser"]
+    cases = [
+        (["--llm-config", str(bad)], "field agent.base_url: String should match pattern"),
+        (["--llm-config", str(unset)], "SHADOWGUARD_UNSET_KEY_X"),
+        (["--judge", "benchmark.openenv_env.llm_hooks:LlmJudge", "--llm-config", str(both)], "both set one"),
+        (needs_args, "cannot be made without arguments"),
+    ]
+    for extra, want in cases:
         run = subprocess.run(
-            [SHADOWGUARD, "env", "openenv", "--port", "0", "--llm-config", str(path)],
+            [SHADOWGUARD, "env", "openenv", "--port", "0", *extra],
             capture_output=True,
             text=True,
             timeout=120,
