@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -33,12 +33,25 @@ def openenv_cmd(
     judge: Annotated[
         str | None, typer.Option("--judge", help="Rubric judge as MODULE:ATTR (default: none).")
     ] = None,
+    domain: Annotated[
+        list[str] | None,
+        typer.Option("--domain", help="Serve only these domains' tasks (repeatable; default: all)."),
+    ] = None,
+    llm_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--llm-config",
+            help="The user and judge roles of an LLM config (as for bench run --agent llm) answer "
+            "submit_message and grade the rubric tasks.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the 507 tasks over OpenEnv (WebSocket /ws, /ready) with the guard in each episode's path;
     see docs/openenv.md."""
     console = Console(stderr=True)
     try:
-        from benchmark.openenv_env.hooks import RubricJudge, UserSimulator, load_hook
+        from benchmark.openenv_env.hooks import RubricJudge, UserSimulator
+        from benchmark.openenv_env.llm_hooks import load_llm_hooks
         from benchmark.openenv_env.server import serve
         from benchmark.openenv_env.shared import Shared
     except ImportError as exc:  # the optional extra is missing
@@ -52,17 +65,51 @@ def openenv_cmd(
 
     if reviewer not in REVIEWERS:
         raise typer.BadParameter(f"one of {', '.join(REVIEWERS)}", param_hint="--reviewer")
+    hooks = None
     try:
+        hooks = load_llm_hooks(llm_config) if llm_config is not None else None
+        user = _hook("--user-sim", user_sim, hooks.user if hooks else None, UserSimulator)
+        grader = _hook("--judge", judge, hooks.judge if hooks else None, RubricJudge)
         shared = Shared(
             resolve_data(data),
             Database(db),
             default_arm=arm,
             reviewer=reviewer,
             policy_dir=policy_dir,
-            user=load_hook(user_sim, UserSimulator) if user_sim else None,
-            judge=load_hook(judge, RubricJudge) if judge else None,
+            user=user,
+            judge=grader,
+            max_user_turns=hooks.max_user_turns if hooks else 10,
+            llm_endpoints=hooks.describe() if hooks else {},
+            domains_served=_domains(domain or []),
         )
     except (EnvError, ValueError, SQLAlchemyError) as exc:
         console.print(f"[red]error:[/red] {exc}")
+        if hooks is not None:
+            hooks.close()
         raise typer.Exit(2) from exc
-    serve(shared, host, port, max_episodes)
+    try:
+        serve(shared, host, port, max_episodes)
+    finally:
+        if hooks is not None:
+            hooks.close()
+
+
+def _domains(names: list[str]) -> tuple[str, ...]:
+    from benchmark.envs import DOMAINS
+
+    unknown = [n for n in names if n not in DOMAINS]
+    if unknown:
+        raise ValueError(f"--domain: unknown domain(s) {', '.join(unknown)}; one of {', '.join(DOMAINS)}")
+    return tuple(names)
+
+
+def _hook(option: str, spec: str | None, from_config: Any, protocol: type[Any]) -> Any:
+    """The hook ``option`` names, or ``--llm-config``'s role; both at once is an error."""
+    from benchmark.openenv_env.hooks import load_hook
+
+    if spec and from_config is not None:
+        role = "user" if option == "--user-sim" else "judge"
+        raise ValueError(
+            f"{option} and --llm-config's {role} role both set one; drop one (or set {role}: none)"
+        )
+    return load_hook(spec, protocol) if spec else from_config

@@ -175,21 +175,28 @@ class TBEpisode(Environment[WireAction, TBObservation, TBState]):  # type: ignor
             summary["db_detail"] = f"Database hash {result} does not match golden hash {golden}"
         passed = db_pass
         if live.task.rubrics_yesno:
-            passed, summary["rubrics"] = self._rubrics(live, db_pass)
+            passed, summary["rubrics"], answers = self._rubrics(live, db_pass)
+            if answers is not None:
+                summary["rubric_answers"] = answers
         if facts is not None:
             summary["guard"] = facts
         return passed, summary
 
-    def _rubrics(self, live: Live, db_pass: bool) -> tuple[bool, str]:
+    def _rubrics(self, live: Live, db_pass: bool) -> tuple[bool, str, list[dict[str, Any]] | None]:
+        """(passed, the summary's ``rubrics`` text, each question's answer when the judge gives them)."""
         if not db_pass:
-            return False, "not run: the state check failed"
+            return False, "not run: the state check failed", None
         judge = self.shared.judge
         if judge is None:
-            return False, "rubric not graded: no judge configured"
+            return False, "rubric not graded: no judge configured", None
         verdict = judge.grade(live.task, live.final_response or "")
         if verdict is None:
-            return False, "rubric not graded: the judge gave no verdict"
-        return bool(verdict), "pass" if verdict else "fail"
+            return False, "rubric not graded: the judge gave no verdict", None
+        if isinstance(verdict, bool):
+            return verdict, "pass" if verdict else "fail", None
+        answers = [{"question": q, "yes": bool(yes)} for q, yes in verdict.answers]
+        passed = bool(verdict.passed)
+        return passed, "pass" if passed else "fail", answers
 
     def _system_error(self, live: Live, exc: Exception) -> TBObservation:
         live.discard()

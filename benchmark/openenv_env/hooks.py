@@ -1,7 +1,8 @@
 """The two seams an LLM plugs into: the simulated user and the rubric judge.
 
 The OpenEnv server does not talk to an LLM itself; an implementation of these protocols does (the
-LLM agent work, issue 17, provides one over OpenAI-compatible endpoints). Without a user simulator an
+LLM agent work provides both over OpenAI-compatible endpoints: ``--llm-config``,
+:mod:`benchmark.openenv_env.llm_hooks`). Without a user simulator an
 episode that needs a user reply ends with ThinkingBox's ``no_user_llm``; without a judge a rubric
 task is reported "rubric not graded" and never passes.
 """
@@ -24,11 +25,24 @@ class UserSimulator(Protocol):
         ...
 
 
+class Graded(Protocol):
+    """A judge's detailed grade (e.g. :class:`benchmark.llm.judge.RubricGrade`)."""
+
+    @property
+    def passed(self) -> bool: ...
+
+    @property
+    def answers(self) -> Sequence[tuple[str, bool]]:
+        """(question, answered Yes) per rubric."""
+        ...
+
+
 @runtime_checkable
 class RubricJudge(Protocol):
-    def grade(self, task: Task, final_response: str) -> bool | None:
-        """Every yes/no rubric of ``task`` answered Yes on the agent's final message; None when the
-        judge could not grade (reported as "rubric not graded", never a pass)."""
+    def grade(self, task: Task, final_response: str) -> bool | Graded | None:
+        """Every yes/no rubric of ``task`` answered Yes on the agent's final message (a bool, or a
+        :class:`Graded` with each question's answer); None when the judge could not grade (reported
+        as "rubric not graded", never a pass)."""
         ...
 
 
@@ -49,7 +63,12 @@ def load_hook(spec: str, protocol: type[Any]) -> Any:
     target = getattr(module, attribute, None)
     if target is None:
         raise HookError(f"{spec!r}: {module_name} has no attribute {attribute}")
-    obj = target() if isinstance(target, type) or not isinstance(target, protocol) else target
+    if isinstance(target, type) or not isinstance(target, protocol):
+        try:
+            target = target()
+        except TypeError as exc:
+            raise HookError(f"{spec!r}: cannot be made without arguments: {exc}") from exc
+    obj = target
     if not isinstance(obj, protocol):
         raise HookError(f"{spec!r}: the object does not implement {protocol.__name__}")
     return obj

@@ -65,7 +65,7 @@ class Finish(_Strict):
 
 
 AnyAction = Annotated[ListTools | CallTool | CallTools | SubmitMessage | Finish, Field(discriminator="type")]
-ACTION_ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyAction)  # type: ignore[arg-type]
+ACTION_ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyAction)  # type: ignore[arg-type,unused-ignore]
 
 
 class WireAction(Action):  # type: ignore[misc]

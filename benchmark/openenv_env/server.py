@@ -45,6 +45,7 @@ def build_app(shared: Shared, max_episodes: int = 64) -> _QuietClose:
             "max_episodes": server.max_concurrent_envs,
             "user_simulator": shared.user is not None,
             "judge": shared.judge is not None,
+            "llm_endpoints": shared.llm_endpoints,
         }
         return JSONResponse(body)
 
@@ -79,6 +80,8 @@ def serve(shared: Shared, host: str, port: int, max_episodes: int) -> None:
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
+    for chatty in ("httpx", "httpx2"):  # the LLM clients' HTTP layer: one INFO line per request
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -45,6 +45,8 @@ class Shared:
     user: UserSimulator | None = None
     judge: RubricJudge | None = None
     max_user_turns: int = 10
+    llm_endpoints: dict[str, Any] = field(default_factory=dict)
+    """The user/judge endpoints of ``--llm-config`` (URL and model), shown by ``/ready``."""
     domains_served: tuple[str, ...] = ()
     """Only these domains' tasks (default: all)."""
     tasks: dict[str, Task] = field(init=False)
