@@ -30,7 +30,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from guard.approvals.gate import ApprovalGate
@@ -62,6 +62,9 @@ class ToolResult:
 
     text: str
     is_error: bool = False
+    raw: Any = field(default=None, compare=False, repr=False)
+    """The upstream's own answer (e.g. an MCP ``CallToolResult``), handed back to the caller of
+    :meth:`GuardSession.run` as it is; the guard reads only ``text`` and ``is_error``."""
 
 
 Executor = Callable[[str, Mapping[str, Any]], ToolResult]
@@ -132,14 +135,22 @@ class GuardSession:
         self, tool: str, arguments: Mapping[str, Any] | None = None, *, approval_id: str | None = None
     ) -> ToolOutcome:
         """Guard one call. ``approval_id`` names the approval the caller runs it under (needs a gate)."""
+        return self.run(tool, arguments, approval_id=approval_id)[0]
+
+    def run(
+        self, tool: str, arguments: Mapping[str, Any] | None = None, *, approval_id: str | None = None
+    ) -> tuple[ToolOutcome, ToolResult | None]:
+        """:meth:`call`, and what the upstream answered to the call's last attempt (``None``: it was
+        not forwarded, or the executor raised)."""
         if self.closed:
             raise SessionClosedError("session is closed")
         started = time.perf_counter()
         call = ToolCall(
             session_id=self.session_id, principal=self.principal, tool=tool, arguments=dict(arguments or {})
         )
+        state = CallState(call, approval_id)
         try:
-            outcome = self._call(call, approval_id)
+            outcome = self._call(state)
         except ApprovalStoreError as exc:
             # Raised before anything ran or after it was undone: no savepoint is open here.
             outcome = self._queue_unavailable(call, exc)
@@ -148,7 +159,7 @@ class GuardSession:
         self.outcomes.append(outcome)
         if self.observer is not None:
             self.observer.outcome(outcome)
-        return outcome
+        return outcome, state.forwarded.result if state.forwarded is not None else None
 
     def _settle(self, outcome: ToolOutcome) -> None:
         """After a call: remember whether it kept anything; if nothing was ever kept but the call
@@ -188,8 +199,7 @@ class GuardSession:
         """What a check of ``phase`` sees: the shadow state, the change set, the call."""
         return CheckContext(phase=phase, query=self.backend.query, changes=changes, call=call)
 
-    def _call(self, call: ToolCall, approval_id: str | None) -> ToolOutcome:
-        state = CallState(call, approval_id)
+    def _call(self, state: CallState) -> ToolOutcome:
         for step in self.pipeline:
             outcome = step(self, state)
             if outcome is not None:

@@ -4,7 +4,8 @@ class."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from guard.checks import CheckContext, PythonCheck, RuleText
 from guard.errors import ApprovalPending, ApprovalQueued, NotFound, TransientError
 from guard.models import ChangeSet, EffectClass, PolicySource, ToolCall, ToolOutcome, Verdict
 from guard.policy import EMPTY, PolicyPackModel, compile_pack
-from guard.session import GuardSession
+from guard.session import GuardSession, ToolResult
 
 ORDERS = "external_retail_toolset_oms_models_orders"
 PROCESSING = "ORD-10000002"
@@ -153,3 +154,21 @@ def test_the_outcome_factory_takes_class_and_retryability_from_the_failure() -> 
     )
     allowed = ToolOutcome.of(call, EffectClass.READ, Verdict.ALLOWED, result="ok", changes=ChangeSet())
     assert allowed.error_class is None and allowed.hint is None and allowed.result == "ok"
+
+
+def test_run_hands_back_the_upstream_answer_of_a_forwarded_call(retail: Domain, sqlite_db: Database) -> None:
+    with Environment(retail, sqlite_db) as env:
+        inner = executor_for(env)
+        answers: list[object] = []
+
+        def execute(tool: str, arguments: Mapping[str, Any]) -> ToolResult:
+            done = inner(tool, arguments)
+            answers.append(object())
+            return ToolResult(done.text, done.is_error, raw=answers[-1])
+
+        guard = GuardSession(backend_for(env), execute, tool_infos(env), EMPTY, session_id="s")
+        outcome, answer = guard.run("cancel_order", CANCEL)
+        assert outcome.verdict is Verdict.ALLOWED and answer is not None and answer.raw is answers[-1]
+        refused, none = guard.run("no_such_tool", {})
+        assert refused.verdict is Verdict.REFUSED and none is None and len(answers) == 1
+        guard.rollback()
