@@ -174,6 +174,10 @@ def proxy(
             "round trip per savepoint, change set and release: the cost piggybacking saves).",
         ),
     ] = False,
+    kind: Annotated[
+        list[str] | None,
+        typer.Option("--kind", help="read and/or write (repeatable; default both)."),
+    ] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Time tools/call round trips of concurrent MCP clients straight to an upstream (the notes fixture
@@ -186,6 +190,7 @@ def proxy(
         peers_dir=peers_dir,
         require_peers=require_peers,
         round_trips=round_trips,
+        kinds=kind,
         fmt=fmt,
     )
 
@@ -295,6 +300,7 @@ def _perf_proxy(
     peers_dir: Path | None,
     require_peers: bool,
     round_trips: bool = False,
+    kinds: list[str] | None = None,
     fmt: Format = Format.table,
 ) -> None:
     from benchmark import perf_peers
@@ -312,6 +318,7 @@ def _perf_proxy(
                 peers=perf_peers.PEERS if peers else (),
                 peers_dir=peers_dir,
                 round_trips=round_trips,
+                kinds=kinds or bench_perf.PROXY_KINDS,
                 on_progress=lambda what: progress.update(bar, description=what),
             )
         except bench_perf.ProxyBenchError as exc:
@@ -404,7 +411,7 @@ def _proxy_table(console: Console, result: ProxyPerf, counts: list[int], calls: 
             console.print(f"peer {status.name}: not measured: {status.not_measured}", highlight=False)
 
     parts = []
-    for kind in ("read", "write"):
+    for kind in [k for k in ("read", "write") if any(r.kind == k for r in result.rows)]:
         for n in (counts[0], counts[-1]):
             d, p = result.row("direct", kind, n), result.row(bench_perf.SHADOWGUARD, kind, n)
             parts.append(

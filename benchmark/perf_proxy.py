@@ -332,6 +332,7 @@ def measure_proxy(
     peers: Sequence[Peer] = (),
     peers_dir: Path | None = None,
     round_trips: bool = False,
+    kinds: Sequence[str] = PROXY_KINDS,
     on_progress: Callable[[str], None] | None = None,
 ) -> ProxyPerf:
     """tools/call round trips of ``clients`` concurrent MCP clients over streamable HTTP, each in its
@@ -356,6 +357,8 @@ def measure_proxy(
         raise ProxyBenchError(f"the notes fixture is not here: {NOTES_SERVER} (run from a source checkout)")
     if calls < 1 or not clients or min(clients) < 1:
         raise ProxyBenchError("clients and calls must be at least 1")
+    if not kinds or set(kinds) - set(PROXY_KINDS):
+        raise ProxyBenchError(f"kinds must be some of {PROXY_KINDS}, not {list(kinds)}")
     executable = shadowguard or str(Path(sys.executable).parent / "shadowguard")
 
     def notes(work: Path, name: str, *extra: str) -> _Server:
@@ -449,7 +452,7 @@ def measure_proxy(
                 with anyio.fail_after(RUN_TIMEOUT_S):
                     for target in [*targets, *(t for t, _, _ in peer_targets.values())]:
                         await measure(target, "read", 1, "warmup")
-                    for kind in PROXY_KINDS:
+                    for kind in kinds:
                         for n in clients:
                             for target in [*targets, *(t for t, _, _ in peer_targets.values())]:
                                 if kind not in target.kinds:

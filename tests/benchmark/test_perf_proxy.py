@@ -82,6 +82,16 @@ def test_cli_proxy_json_has_the_documented_row_fields() -> None:
     assert document["calls_per_client"] == 2 and document["peers"] == []
 
 
+def test_cli_proxy_measures_only_the_kinds_asked_for() -> None:
+    _mount_benchmark()
+    args = ["bench", "perf", "proxy", "--no-peers", "--clients", "1", "--calls", "1", "--kind", "read"]
+    result = CliRunner().invoke(app, [*args, "-f", "json"])
+    assert result.exit_code == 0, result.output
+    assert {r["kind"] for r in json.loads(result.stdout)["rows"]} == {"read"}
+    result = CliRunner().invoke(app, [*args[:-1], "delete"])
+    assert result.exit_code == 1 and "kinds must be some of" in result.output
+
+
 def test_cli_proxy_measures_installed_peers_and_names_the_others(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
