@@ -54,7 +54,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from benchmark.perf import NOTES_POLICY, NOTES_SERVER, SERVE_ANNOUNCE, ProxyBenchError, _Server
+from benchmark.perf_proxy import NOTES_POLICY, NOTES_SERVER, SERVE_ANNOUNCE, ProxyBenchError, _Server
 
 MODERN = "2026-07-28"
 SESSION_META_KEY = "shadowguard/session"

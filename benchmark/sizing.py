@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 from mcp import Client
 
-from benchmark.perf import NOTES_SERVER, _proxy_config, _Server
+from benchmark.perf_proxy import NOTES_SERVER, _proxy_config, _Server
 
 
 def _rss_mib(pid: int) -> float:

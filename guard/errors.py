@@ -22,6 +22,7 @@ call's effect) whether to send the call again; everything not retried becomes an
     ├── PolicyViolation                    no         yes   a rule failed; the guard rolled it back
     ├── ApprovalError                      no         yes   the call waits for / was refused by a person
     │   ├── ApprovalPending
+    │   │   └── ApprovalQueued             yes        yes   queued for a reviewer; runs once approved
     │   ├── ApprovalRejected
     │   └── ApprovalExpired
     └── InternalError                      no         no    anything the guard does not recognise
@@ -297,6 +298,13 @@ class ApprovalPending(ApprovalError):
         "The call waits for a human approval and nothing was done yet. Tell the user it awaits "
         "approval; do not send it again."
     )
+
+
+class ApprovalQueued(ApprovalPending):
+    """Held under an approval request that is queued for a reviewer: sending the same call again once
+    it is approved runs it (the guard never retries it itself: it is never an upstream's answer)."""
+
+    retryable = True
 
 
 class ApprovalRejected(ApprovalError):

@@ -10,9 +10,12 @@ import uuid
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from guard.errors import ToolFailure
 
 
 class EffectClass(StrEnum):
@@ -205,6 +208,47 @@ class ToolOutcome(BaseModel):
     outcome_unknown: bool = False
     """A failed state-changing call that may have been applied all the same (it timed out after it was
     sent, and nothing undid it): the agent must read the state before calling it again."""
+
+    @classmethod
+    def of(
+        cls,
+        call: ToolCall,
+        effect: EffectClass,
+        verdict: Verdict,
+        failure: ToolFailure | None = None,
+        *,
+        violations: Iterable[Violation] | None = None,
+        retries: int = 0,
+        applied: bool | None = False,
+        **fields: Any,
+    ) -> ToolOutcome:
+        """The one way an outcome is built. With ``failure``, its error class and hint come from the
+        failure's class (retryable included: a class property, guard.errors); ``violations`` default
+        to the one rule the failure names (none when it names none), with its next step.
+        ``applied``: False = nothing of the call was kept, None = its outcome is unknown."""
+        if failure is None:
+            return cls(
+                call=call, effect=effect, verdict=verdict, violations=list(violations or ()),
+                retries=retries, **fields,
+            )  # fmt: skip
+        hint = failure.hint(retries=retries, applied=applied)
+        if violations is None:
+            violations = (
+                [Violation(rule_id=failure.rule, message=failure.message, hint=hint.next_step)]
+                if failure.rule is not None
+                else []
+            )
+        return cls(
+            call=call,
+            effect=effect,
+            verdict=verdict,
+            error_class=failure.error_class.value,
+            hint=hint,
+            violations=list(violations),
+            retries=retries,
+            outcome_unknown=applied is None,
+            **fields,
+        )
 
 
 class CommitOutcome(BaseModel):

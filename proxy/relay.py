@@ -64,8 +64,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 from guard.effects import classify
-from guard.errors import ErrorClass
-from guard.models import ErrorHint, ToolCall, ToolOutcome, Verdict, Violation
+from guard.errors import PreconditionFailed
+from guard.models import ToolCall, ToolOutcome, Verdict
 from proxy.reads import Reads, agent_connection, offering
 from proxy.rounds import ROUND_TIMEOUT_S, Rounds
 from proxy.upstreams import Upstream, UpstreamConnection, UpstreamError, strip_reserved_meta
@@ -321,14 +321,9 @@ class Relay:
             "does not relay tasks: a task's result would reach the agent outside the guard's transaction."
         )
         step = "Use another tool, or call this upstream without the proxy."
-        outcome = ToolOutcome(
-            call=ToolCall(tool=route.exposed, arguments=arguments),
-            effect=effect,
-            verdict=Verdict.REFUSED,
-            error_class=ErrorClass.PRECONDITION_FAILED.value,
-            violations=[Violation(rule_id="task_tool", message=message, hint=step)],
-            hint=ErrorHint(error_class=ErrorClass.PRECONDITION_FAILED.value, message=message, next_step=step),
-        )
+        task_only = PreconditionFailed(message, tool=route.exposed, rule="task_tool", next_step=step)
+        call = ToolCall(tool=route.exposed, arguments=arguments)
+        outcome = ToolOutcome.of(call, effect, Verdict.REFUSED, task_only)
         self.proxy.sessions.notify_call(outcome)
         return render_outcome(outcome, None, None, tool=route.exposed)
 

@@ -50,6 +50,7 @@ from guard.errors import ErrorClass, InvalidArguments
 from guard.limits import DEFAULT_LIMITS, ArgumentLimits, check_arguments
 from guard.models import CommitOutcome, EffectClass, ErrorHint, ToolCall, ToolOutcome, Verdict, Violation
 from guard.session import RESERVED_PREFIX
+from guard.steps import unknown_tool
 from proxy import telemetry
 from proxy.commits import INCOMPLETE_RULES, entry_outcome
 from proxy.config import ConfigError, ProxyConfig
@@ -465,15 +466,7 @@ def _no_session_named(tool: str) -> types.CallToolResult:
 
 def _unknown_tool(tool: str, arguments: Mapping[str, Any]) -> ToolOutcome:
     """Refused without a session: the name is not one of the listed tools (reserved, hidden, unknown)."""
-    message, step = f"Unknown tool: {tool}", "Call one of the tools listed by tools/list."
-    return ToolOutcome(
-        call=ToolCall(tool=tool, arguments=dict(arguments)),
-        effect=EffectClass.READ,
-        verdict=Verdict.REFUSED,
-        error_class=ErrorClass.NOT_FOUND.value,
-        violations=[Violation(rule_id="unknown_tool", message=message, hint=step)],
-        hint=ErrorHint(error_class=ErrorClass.NOT_FOUND.value, message=message, next_step=step),
-    )
+    return unknown_tool(ToolCall(tool=tool, arguments=dict(arguments)))
 
 
 def _refused_arguments(
@@ -485,14 +478,8 @@ def _refused_arguments(
 ) -> ToolOutcome:
     """Refused before a session or a worker thread is involved: the arguments pass a limit (their
     digest is still computed for the audit record: bounded by the transport's body limit)."""
-    return ToolOutcome(
-        call=ToolCall(session_id=session_id, principal=principal, tool=tool, arguments=dict(arguments)),
-        effect=EffectClass.WRITE,
-        verdict=Verdict.REFUSED,
-        error_class=failure.error_class.value,
-        violations=[],
-        hint=failure.hint(),
-    )
+    call = ToolCall(session_id=session_id, principal=principal, tool=tool, arguments=dict(arguments))
+    return ToolOutcome.of(call, EffectClass.WRITE, Verdict.REFUSED, failure, violations=[])
 
 
 # -- the proxy --------------------------------------------------------------------------------------

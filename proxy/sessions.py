@@ -227,7 +227,6 @@ class ProxySession:
         self._clock = clock
         self._lock = anyio.Lock()
         self._legs: dict[str, _Leg] = {}
-        self._forwarded: types.CallToolResult | None = None
         self._forward_meta: dict[str, Any] = {}
         self.last_used = clock()
         self.leased = False
@@ -444,11 +443,10 @@ class ProxySession:
     def _call_sync(
         self, leg: _Leg, tool: str, arguments: Mapping[str, Any], approval_id: str | None
     ) -> CallResult:
-        self._forwarded = None
         try:
             self._look_up_loss()
             guard = leg.guard if leg.guard is not None else self._begin(leg)
-            outcome = guard.call(tool, arguments, approval_id=approval_id)
+            outcome, answer = guard.run(tool, arguments, approval_id=approval_id)
             if guard.kept and not self._recorded and self.ledger is not None:
                 self.ledger.opened(self.id, self.principal)
                 self._recorded = True
@@ -459,7 +457,8 @@ class ProxySession:
         except BaseException:
             self._rollback_sync("upstream_failed")
             raise
-        return CallResult(outcome, self._forwarded if outcome.verdict is not Verdict.REFUSED else None)
+        forwarded = answer.raw if answer is not None and outcome.verdict is not Verdict.REFUSED else None
+        return CallResult(outcome, forwarded)
 
     def _look_up_loss(self) -> None:
         """On the session's first call: were writes of an earlier life of this id lost (the ledger)?"""
@@ -551,7 +550,7 @@ class ProxySession:
         return gate
 
     def _executor(self, leg: _Leg) -> Callable[[str, Mapping[str, Any]], ToolResult]:
-        """Forwards one call on the leg's connection (worker thread) and keeps the upstream's answer.
+        """Forwards one call on the leg's connection (worker thread); the answer is the result's ``raw``.
 
         What the upstream raises (a timeout, a refused request, a result the SDK refuses) is the
         guard's to classify and maybe retry; a closed connection is :class:`UpstreamGoneError`,
@@ -561,7 +560,6 @@ class ProxySession:
         """
 
         def execute(tool: str, arguments: Mapping[str, Any]) -> ToolResult:
-            self._forwarded = None
             meta = dict(self._forward_meta)
             remote = leg.remote
             if remote is not None:
@@ -577,8 +575,7 @@ class ProxySession:
                 raise
             if remote is not None:
                 remote.tool_call_done(result)
-            self._forwarded = result
-            return ToolResult(text=_text(result), is_error=bool(result.is_error))
+            return ToolResult(text=_text(result), is_error=bool(result.is_error), raw=result)
 
         return execute
 

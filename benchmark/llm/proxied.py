@@ -45,7 +45,7 @@ from benchmark.campaign.agents import AgentView, ToolReply, ToolSpec
 from benchmark.campaign.results import GuardFacts
 from benchmark.llm.staged_env import ANNOUNCE as ENV_ANNOUNCE
 from benchmark.llm.staged_env import stage, take
-from benchmark.perf import SERVE_ANNOUNCE, _Server
+from benchmark.perf_proxy import SERVE_ANNOUNCE, _Server
 from benchmark.tasks import Task
 
 if TYPE_CHECKING:

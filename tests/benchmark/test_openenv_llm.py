@@ -23,7 +23,7 @@ import yaml
 
 from benchmark.openenv_env.client import ThinkingBoxEnv
 from benchmark.openenv_env.llm_hooks import as_messages
-from benchmark.perf import _Server
+from benchmark.perf_proxy import _Server
 from benchmark.tasks import Task, resolve_data
 
 ROOT = Path(__file__).resolve().parents[2]

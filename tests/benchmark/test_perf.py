@@ -1,7 +1,8 @@
-"""`shadowguard bench perf --guard-core`: what it measures and prints (never how fast it is)."""
+"""`shadowguard bench perf guard-core` and `envs`: what they measure and print (never how fast it is)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -53,7 +54,7 @@ def test_every_golden_call_is_timed_under_every_variant(
 def test_cli_guard_core_prints_a_table_and_a_summary_line(bench: BenchData) -> None:
     _mount_benchmark()
     pack = ROOT / "policies" / RETAIL / "policy.yaml"
-    args = ["bench", "perf", "--guard-core", "--domain", RETAIL, "--limit", "1", "--repeat", "1"]
+    args = ["bench", "perf", "guard-core", "--domain", RETAIL, "--limit", "1", "--repeat", "1"]
     result = CliRunner().invoke(app, [*args, "--data", str(bench.bundle), "--policy", str(pack)])
     assert result.exit_code == 0, result.output
     assert "guard core per call (sqlite" in result.output
@@ -62,11 +63,45 @@ def test_cli_guard_core_prints_a_table_and_a_summary_line(bench: BenchData) -> N
     assert "through the guard; with pack +" in last
 
 
-def test_cli_policy_needs_guard_core(bench: BenchData) -> None:
+def test_cli_guard_core_json_is_one_document_with_a_row_per_domain(bench: BenchData) -> None:
     _mount_benchmark()
-    result = CliRunner().invoke(app, ["bench", "perf", "--policy", "x.yaml", "--data", str(bench.bundle)])
+    args = ["bench", "perf", "guard-core", "--domain", RETAIL, "--limit", "1", "--repeat", "1", "-f", "json"]
+    result = CliRunner().invoke(app, [*args, "--data", str(bench.bundle), "--policy", "none.yaml"])
+    assert result.exit_code == 2  # a missing pack is an error in both formats
+    result = CliRunner().invoke(app, [*args, "--data", str(bench.bundle)])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["repeat"] == 1
+    [row] = document["rows"]
+    assert (row["domain"], row["dialect"], row["tasks"]) == (RETAIL, "sqlite", 1)
+    assert set(row["write"]["us"]) >= {"direct", "shadow", "guard"}
+    assert row["write"]["calls"] + row["read"]["calls"] > 0
+
+
+def test_cli_envs_prints_a_table_or_json(bench: BenchData) -> None:
+    _mount_benchmark()
+    args = ["bench", "perf", "envs", "--domain", RETAIL, "--limit", "1", "--repeat", "1"]
+    result = CliRunner().invoke(app, [*args, "--data", str(bench.bundle)])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().splitlines()[-1].startswith("perf: ")
+    result = CliRunner().invoke(app, [*args, "--data", str(bench.bundle), "-f", "json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    [row] = document["rows"]
+    assert (row["domain"], row["tasks"]) == (RETAIL, 1)
+    assert row["total_ms"] == row["init_ms"] + row["replay_ms"] + row["hash_ms"]
+    assert document["reference_ms_per_task"] == [4.5, 4.9]
+
+
+def test_cli_perf_modes_are_subcommands(bench: BenchData) -> None:
+    _mount_benchmark()
+    result = CliRunner().invoke(
+        app, ["bench", "perf", "envs", "--policy", "x.yaml", "--data", str(bench.bundle)]
+    )
     assert result.exit_code == 2
-    assert "only used with --guard-core" in result.output
+    assert "No such option" in result.output
+    result = CliRunner().invoke(app, ["bench", "perf", "--proxy"])
+    assert result.exit_code == 2
 
 
 def test_cli_bad_policy_is_a_usage_error(bench: BenchData, tmp_path: Path) -> None:
@@ -76,7 +111,7 @@ def test_cli_bad_policy_is_a_usage_error(bench: BenchData, tmp_path: Path) -> No
     args = [
         "bench",
         "perf",
-        "--guard-core",
+        "guard-core",
         "--domain",
         RETAIL,
         "--policy",

@@ -1,4 +1,4 @@
-"""`shadowguard bench perf --proxy`: what it prints (never how fast it is), with tiny numbers.
+"""`shadowguard bench perf proxy`: what it prints (never how fast it is), with tiny numbers.
 
 The peer proxies come from the package index, which the tests do not reach: here the peer
 machinery runs stand-in peers (a notes server of its own, a runner that will not start, a
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from benchmark import perf
+from benchmark import perf_peers, perf_proxy
 from proxy.cli import _mount_benchmark, app
 
 FAKE_NOTES = f"""\
@@ -26,7 +26,7 @@ port = probe.getsockname()[1]
 probe.close()
 sys.argv = ["notes", "--db", sys.argv[2] + "/peer.sqlite", "--port", str(port), "--transactional"]
 announce(port)
-runpy.run_path({str(perf.NOTES_SERVER)!r}, run_name="__main__")
+runpy.run_path({str(perf_proxy.NOTES_SERVER)!r}, run_name="__main__")
 """
 
 
@@ -37,7 +37,7 @@ def _cells(output: str) -> list[list[str]]:
 
 def test_cli_proxy_prints_a_row_per_path_kind_and_concurrency() -> None:
     _mount_benchmark()
-    args = ["bench", "perf", "--proxy", "--no-peers", "--clients", "1", "--clients", "2", "--calls", "3"]
+    args = ["bench", "perf", "proxy", "--no-peers", "--clients", "1", "--clients", "2", "--calls", "3"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "tools/call round trips over HTTP" in result.output
@@ -59,17 +59,56 @@ def test_cli_proxy_prints_a_row_per_path_kind_and_concurrency() -> None:
     assert lines[-1].startswith("perf proxy: read ×2 median overhead vs direct: shadowguard ")
 
 
+def test_cli_proxy_json_has_the_documented_row_fields() -> None:
+    _mount_benchmark()
+    args = ["bench", "perf", "proxy", "--no-peers", "--clients", "2", "--calls", "2", "-f", "json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    rows = document["rows"]
+    assert [(r["path"], r["kind"], r["clients"]) for r in rows] == [
+        (path, kind, 2) for kind in ("read", "write") for path in ("direct", "shadowguard")
+    ]
+    for row in rows:
+        assert list(row)[: len(perf_proxy.JSON_FIELDS)] == list(perf_proxy.JSON_FIELDS)
+        assert row["ok"] + row["failed"] == 4
+        if row["path"] == "direct":
+            assert row["proxy_cpu_ms_per_call"] is None and row["median_ratio"] is None
+        else:
+            assert isinstance(row["proxy_cpu_ms_per_call"], float) and row["proxy_cpu_ms_per_call"] >= 0
+            assert row["median_ratio"] == row["median_ms"] / next(
+                r["median_ms"] for r in rows if (r["path"], r["kind"]) == ("direct", row["kind"])
+            )
+    assert document["calls_per_client"] == 2 and document["peers"] == []
+
+
+def test_cli_proxy_measures_only_the_kinds_asked_for() -> None:
+    _mount_benchmark()
+    args = ["bench", "perf", "proxy", "--no-peers", "--clients", "1", "--calls", "1", "--kind", "read"]
+    result = CliRunner().invoke(app, [*args, "-f", "json"])
+    assert result.exit_code == 0, result.output
+    assert {r["kind"] for r in json.loads(result.stdout)["rows"]} == {"read"}
+    result = CliRunner().invoke(app, [*args[:-1], "delete"])
+    assert result.exit_code == 1 and "kinds must be some of" in result.output
+
+
 def test_cli_proxy_measures_installed_peers_and_names_the_others(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     peers = (
-        perf.Peer("stand-in", None, None, perf.LEGACY, FAKE_NOTES, how="a notes server of its own"),
-        perf.Peer("no-start", None, None, perf.MODERN, 'raise SystemExit("stand-in: refusing to start")\n'),
-        perf.Peer("no-install", str(tmp_path / "no-such-package"), "no-such-package", perf.MODERN, ""),
+        perf_peers.Peer(
+            "stand-in", None, None, perf_peers.LEGACY, FAKE_NOTES, how="a notes server of its own"
+        ),
+        perf_peers.Peer(
+            "no-start", None, None, perf_peers.MODERN, 'raise SystemExit("stand-in: refusing to start")\n'
+        ),
+        perf_peers.Peer(
+            "no-install", str(tmp_path / "no-such-package"), "no-such-package", perf_peers.MODERN, ""
+        ),
     )
-    monkeypatch.setattr(perf, "PEERS", peers)
+    monkeypatch.setattr(perf_peers, "PEERS", peers)
     _mount_benchmark()
-    args = ["bench", "perf", "--proxy", "--clients", "1", "--calls", "2", "--round-trips"]
+    args = ["bench", "perf", "proxy", "--clients", "1", "--calls", "2", "--round-trips"]
     args += ["--peers-dir", str(tmp_path / "peers"), "--require-peers"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 1, result.output  # --require-peers: two peers were not measured
@@ -91,14 +130,14 @@ def test_cli_proxy_measures_installed_peers_and_names_the_others(
 
 
 def test_a_peer_environment_is_reused_when_it_holds_the_pinned_requirement(tmp_path: Path) -> None:
-    peer = perf.Peer("pinned", "pinned==1.*", "pinned", perf.MODERN, "")
+    peer = perf_peers.Peer("pinned", "pinned==1.*", "pinned", perf_peers.MODERN, "")
     venv = tmp_path / "pinned"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").symlink_to(sys.executable)
-    (venv / perf.PEER_MARKER).write_text(json.dumps({"requirement": "pinned==1.*", "version": "1.2"}))
-    assert perf.install_peer(peer, tmp_path) == (venv / "bin" / "python", "1.2")
+    (venv / perf_peers.PEER_MARKER).write_text(json.dumps({"requirement": "pinned==1.*", "version": "1.2"}))
+    assert perf_peers.install_peer(peer, tmp_path) == (venv / "bin" / "python", "1.2")
     missing = str(tmp_path / "pinned-2")  # a local path: pip fails at once, without the index
-    other = perf.Peer("pinned", missing, "pinned", perf.MODERN, "")
-    with pytest.raises(perf.PeerUnavailable, match=f"pip install {missing} failed: ERROR"):
-        perf.install_peer(other, tmp_path, timeout=60)
-    assert not (venv / perf.PEER_MARKER).exists()  # the stale environment was replaced, not reused
+    other = perf_peers.Peer("pinned", missing, "pinned", perf_peers.MODERN, "")
+    with pytest.raises(perf_peers.PeerUnavailable, match=f"pip install {missing} failed: ERROR"):
+        perf_peers.install_peer(other, tmp_path, timeout=60)
+    assert not (venv / perf_peers.PEER_MARKER).exists()  # the stale environment was replaced, not reused

@@ -17,7 +17,7 @@ import yaml
 from typer.testing import CliRunner
 
 from benchmark.campaign.results import DecodeResult, iter_results
-from benchmark.perf import _Server
+from benchmark.perf_proxy import _Server
 from proxy.cli import _mount_benchmark, app
 
 KEY_ENV = "SHADOWGUARD_TEST_LLM_KEY"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.perf import Peer, PeerUnavailable, default_peers_dir, install_peer
+from benchmark.perf_peers import Peer, PeerUnavailable, default_peers_dir, install_peer
 
 EVERYTHING = ("@modelcontextprotocol/server-everything", "2026.8.31")
 TS_SDK = ("@modelcontextprotocol/sdk", "1.32.2")
@@ -78,7 +78,7 @@ def npm_package(package: str, version: str) -> Path:
 
 
 def pip_peer(name: str, requirement: str, distribution: str) -> Path:
-    """The ``bin`` folder of a virtual environment holding ``requirement`` (benchmark.perf's installer)."""
+    """The ``bin`` folder of a virtual environment holding ``requirement`` (benchmark.perf_peers)."""
     try:
         python, _ = install_peer(
             Peer(name=name, requirement=requirement, distribution=distribution, runner="", mode="", how=""),

@@ -1,0 +1,481 @@
+"""``bench perf proxy``: tools/call round trips of concurrent MCP clients over streamable HTTP, straight
+to an upstream (the notes fixture) and through ``shadowguard serve`` and each peer proxy in front of
+it, all in one run; with each proxy process's CPU time per call (``/proc``: Linux)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import anyio
+import mcp.types as types
+import yaml
+from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from benchmark.perf_peers import (
+    _RUNNER_PRELUDE,
+    LEGACY,
+    MODERN,
+    Peer,
+    PeerStatus,
+    PeerUnavailable,
+    default_peers_dir,
+    install_peer,
+)
+
+PROXY_CLIENTS = (1, 8, 32)
+PROXY_CALLS = 50
+PROXY_KINDS = ("read", "write")
+NOTES_SERVER = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "notes_server.py"
+NOTES_POLICY = NOTES_SERVER.with_name("notes_policy.yaml")
+SESSION_META_KEY = "shadowguard/session"
+SERVE_ANNOUNCE = "shadowguard serve: listening on"
+STARTUP_TIMEOUT_S = 60.0
+RUN_TIMEOUT_S = 1800.0
+CALL_TIMEOUT_S = 60.0
+SHADOWGUARD = "shadowguard"
+SHADOWGUARD_RT = "shadowguard-no-piggyback"
+JSON_FIELDS = (
+    "path", "kind", "clients", "median_ms", "p99_ms", "calls_per_s", "proxy_cpu_ms_per_call", "ok", "failed"
+)  # fmt: skip
+"""The fields of a row of ``bench perf proxy -f json`` (then ``mode``, the era, and the ratios)."""
+
+
+class ProxyBenchError(RuntimeError):
+    """The proxy benchmark could not run (a server did not start, a call failed)."""
+
+
+@dataclass
+class ProxyPerfRow:
+    """One path, kind, concurrency and era: every client's tools/call round trips, pooled."""
+
+    path: str
+    """``direct``, ``shadowguard``, ``shadowguard-no-piggyback`` or a peer's name."""
+    kind: str
+    clients: int
+    calls: int
+    """Calls that succeeded (the latencies are theirs)."""
+    failed: int
+    median_ms: float
+    p99_ms: float
+    calls_per_s: float
+    mode: str = MODERN
+    median_ratio: float | None = None
+    p99_ratio: float | None = None
+    throughput_ratio: float | None = None
+    """``None`` on the direct rows; elsewhere latency and calls/s ratios against direct (same kind,
+    concurrency and era)."""
+    overhead_ms: float | None = None
+    """Median minus direct's median (same kind, concurrency and era); ``None`` on the direct rows."""
+    proxy_cpu_ms_per_call: float | None = None
+    """CPU time (user + system) of the proxy's process over the configuration, per call made (ok or
+    failed; through shadowguard a write's untimed commit is included); ``None`` on the direct rows."""
+
+    def as_json(self) -> dict[str, Any]:
+        """The row as ``bench perf proxy -f json`` prints it."""
+        out: dict[str, Any] = {
+            "path": self.path,
+            "kind": self.kind,
+            "clients": self.clients,
+            "median_ms": _finite(self.median_ms),
+            "p99_ms": _finite(self.p99_ms),
+            "calls_per_s": self.calls_per_s,
+            "proxy_cpu_ms_per_call": self.proxy_cpu_ms_per_call,
+            "ok": self.calls,
+            "failed": self.failed,
+            "mode": self.mode,
+        }
+        for name in ("median_ratio", "p99_ratio", "throughput_ratio", "overhead_ms"):
+            out[name] = getattr(self, name)
+        return out
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process and its waited-for children, from ``/proc``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+    except OSError as exc:
+        raise ProxyBenchError(f"cannot read the CPU time of process {pid}: {exc}") from exc
+    # Fields after the command name (which may hold spaces, in parentheses): utime is the 14th
+    # field of the line, stime the 15th, cutime and cstime the 16th and 17th.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    ticks = sum(int(fields[i]) for i in (11, 12, 13, 14))
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class ProxyPerf:
+    calls_per_client: int
+    rows: list[ProxyPerfRow]
+    peers: list[PeerStatus] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        """``bench perf proxy -f json``: the rows, then the run's settings and the peers' status."""
+        return {
+            "rows": [r.as_json() for r in self.rows],
+            "calls_per_client": self.calls_per_client,
+            "peers": [dataclasses.asdict(p) for p in self.peers],
+        }
+
+    def row(self, path: str, kind: str, clients: int, mode: str = MODERN) -> ProxyPerfRow:
+        return next(
+            r for r in self.rows if (r.path, r.kind, r.clients, r.mode) == (path, kind, clients, mode)
+        )
+
+
+def _p99(values: Sequence[float]) -> float:
+    """Nearest-rank 99th percentile."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
+
+
+class _Server:
+    """A server subprocess on 127.0.0.1 that announces its URL on stderr (logged to a file).
+
+    The URL counts once the announce line is there and a TCP connection to it is accepted.
+    """
+
+    def __init__(self, args: list[str], log: Path, announce: str, name: str | None = None) -> None:
+        self.log = log
+        default = Path(args[0]).name if len(args) < 2 else f"{Path(args[0]).name} {Path(args[1]).name}"
+        self.name = name or default
+        self._log_file = log.open("wb")
+        self.proc = subprocess.Popen(  # noqa: S603 - the notes fixture, our console script, a peer runner
+            args, stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT
+        )
+        self.announce = announce
+
+    def _failed(self, why: str) -> str:
+        return f"{self.name} {why}:\n{self.log.read_text(errors='replace')[-2000:]}"
+
+    def wait_url(self) -> str:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        url: str | None = None
+        while time.monotonic() < deadline:
+            if url is None:
+                for line in self.log.read_text(errors="replace").splitlines():
+                    if self.announce in line and "http://127.0.0.1:" in line:
+                        url = line[line.index("http://") :].strip()
+            if url is not None:
+                port = int(url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
+                except OSError:
+                    pass
+                else:
+                    return url
+            if self.proc.poll() is not None:
+                raise ProxyBenchError(self._failed(f"exited {self.proc.returncode}"))
+            time.sleep(0.05)
+        raise ProxyBenchError(self._failed(f"did not start in {STARTUP_TIMEOUT_S:.0f} s"))
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log_file.close()
+
+
+@dataclass
+class _Target:
+    """One path the clients call: its URL, client era, extra headers, and what is measured on it."""
+
+    path: str
+    url: str
+    mode: str = MODERN
+    headers: Mapping[str, str] = field(default_factory=dict)
+    kinds: tuple[str, ...] = PROXY_KINDS
+    guarded: bool = False
+    """Through shadowguard: writes are committed after each call, reads rolled back at the end."""
+    pid: int | None = None
+    """The proxy's process (its CPU time is measured); ``None`` for direct."""
+
+
+async def _client_run(
+    target: _Target, kind: str, client: int, calls: int, run: str
+) -> tuple[list[float], int]:
+    """One client's timed round trips (ms) of the calls that succeeded, and how many failed (a tool
+    error or a JSON-RPC error: the notes fixture's SQLite file takes one writer at a time, and a
+    deferred transaction that read before it writes fails at once with "database is locked" when
+    another writer got in first). Through the proxy each write is committed (untimed, but inside the
+    wall clock of calls/s) before the next, so that a guard session does not keep the upstream's write
+    lock; reads are rolled back once at the end."""
+    meta = cast(types.RequestParamsMeta, {SESSION_META_KEY: f"bench-{run}-{kind}-{client}"})
+    tool, arguments = (
+        ("get_note", {"id": "n1"})
+        if kind == "read"
+        else ("put_note", {"id": f"bench-{client}", "body": "benchmark note", "status": "draft"})
+    )
+    times: list[float] = []
+    failed = 0
+    async with create_mcp_http_client(headers=dict(target.headers)) as http:
+        transport = streamable_http_client(target.url, http_client=http)
+        async with Client(
+            transport, mode=cast(Any, target.mode), cache=None, read_timeout_seconds=CALL_TIMEOUT_S
+        ) as mcp_client:
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                try:
+                    result = await mcp_client.call_tool(tool, dict(arguments), meta=meta)
+                except MCPError:
+                    failed += 1
+                else:
+                    elapsed = (time.perf_counter() - t0) * 1000
+                    if result.is_error:
+                        failed += 1
+                    else:
+                        times.append(elapsed)
+                if target.guarded and kind == "write":
+                    await _end(mcp_client, "commit", meta)
+            if target.guarded and kind == "read":
+                await _end(mcp_client, "rollback", meta)
+    return times, failed
+
+
+async def _end(mcp_client: Client, tool: str, meta: types.RequestParamsMeta) -> None:
+    result = await mcp_client.call_tool(tool, {}, meta=meta)
+    if result.is_error:
+        text = " ".join(p.text for p in result.content if isinstance(p, types.TextContent))
+        raise ProxyBenchError(f"{tool} through the proxy failed: {text[:500]}")
+
+
+async def _measure_one(target: _Target, kind: str, clients: int, calls: int, run: str) -> ProxyPerfRow:
+    per_client: dict[int, tuple[list[float], int]] = {}
+
+    async def one(i: int) -> None:
+        per_client[i] = await _client_run(target, kind, i, calls, run)
+
+    cpu0 = process_cpu_s(target.pid) if target.pid is not None else 0.0
+    t0 = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for i in range(clients):
+            tg.start_soon(one, i)
+    wall = time.perf_counter() - t0
+    cpu = process_cpu_s(target.pid) - cpu0 if target.pid is not None else None
+    times = [t for ts, _ in per_client.values() for t in ts]
+    failed = sum(f for _, f in per_client.values())
+    made = len(times) + failed
+    return ProxyPerfRow(
+        path=target.path,
+        kind=kind,
+        clients=clients,
+        calls=len(times),
+        failed=failed,
+        median_ms=statistics.median(times) if times else float("nan"),
+        p99_ms=_p99(times) if times else float("nan"),
+        calls_per_s=len(times) / wall if wall else 0.0,
+        mode=target.mode,
+        proxy_cpu_ms_per_call=cpu * 1000 / made if cpu is not None and made else None,
+    )
+
+
+def _first_error(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _proxy_config(path: Path, upstream_url: str) -> Path:
+    config = {
+        "upstreams": [
+            {"name": "notes", "transport": "http", "url": upstream_url, "policy": str(NOTES_POLICY)}
+        ],
+        "http": {"host": "127.0.0.1", "port": 0},
+        "telemetry": {"exporter": "none"},
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _ratios(rows: Sequence[ProxyPerfRow]) -> None:
+    for row in rows:
+        if row.path == "direct":
+            continue
+        key = ("direct", row.kind, row.clients, row.mode)
+        base = next(r for r in rows if (r.path, r.kind, r.clients, r.mode) == key)
+        row.median_ratio = row.median_ms / base.median_ms if base.median_ms else None
+        row.p99_ratio = row.p99_ms / base.p99_ms if base.p99_ms else None
+        row.throughput_ratio = row.calls_per_s / base.calls_per_s if base.calls_per_s else None
+        row.overhead_ms = row.median_ms - base.median_ms
+
+
+def measure_proxy(
+    clients: Sequence[int] = PROXY_CLIENTS,
+    calls: int = PROXY_CALLS,
+    *,
+    shadowguard: str | None = None,
+    peers: Sequence[Peer] = (),
+    peers_dir: Path | None = None,
+    round_trips: bool = False,
+    kinds: Sequence[str] = PROXY_KINDS,
+    on_progress: Callable[[str], None] | None = None,
+) -> ProxyPerf:
+    """tools/call round trips of ``clients`` concurrent MCP clients over streamable HTTP, each in its
+    own session (``_meta["shadowguard/session"]``), ``calls`` each: straight to the notes fixture
+    (transactional), through ``shadowguard serve`` relaying to the same upstream, and through each
+    of ``peers`` in front of it (installed under ``peers_dir`` first: :func:`install_peer`). With
+    ``round_trips``, also through a second ``shadowguard serve`` in front of a second notes server
+    on the same database that serves the transaction extension without piggybacking (path
+    ``shadowguard-no-piggyback``: one round trip per savepoint, change set and release, as before version 1's
+    piggyback feature).
+
+    Reads are ``get_note`` (a passthrough read); writes are ``put_note`` (a guarded write), measured
+    direct and through shadowguard only (the peers do not guard writes). Clients speak the
+    2026-07-28 era, except towards a peer whose front end speaks only the handshake era; direct is
+    then measured in that era too, and the peer's ratios are against it. Each configuration runs
+    once, after one warm-up call per path, the paths interleaved at each concurrency. A peer that
+    cannot be installed, started or called is left out with the reason (:attr:`ProxyPerf.peers`);
+    any other failure raises :class:`ProxyBenchError`. The servers are subprocesses on 127.0.0.1
+    and are stopped before this returns, whatever happens.
+    """
+    if not NOTES_SERVER.is_file():
+        raise ProxyBenchError(f"the notes fixture is not here: {NOTES_SERVER} (run from a source checkout)")
+    if calls < 1 or not clients or min(clients) < 1:
+        raise ProxyBenchError("clients and calls must be at least 1")
+    if not kinds or set(kinds) - set(PROXY_KINDS):
+        raise ProxyBenchError(f"kinds must be some of {PROXY_KINDS}, not {list(kinds)}")
+    executable = shadowguard or str(Path(sys.executable).parent / "shadowguard")
+
+    def notes(work: Path, name: str, *extra: str) -> _Server:
+        db = str(work / "notes.sqlite")
+        args = [sys.executable, str(NOTES_SERVER), "--db", db, "--port", "0", "--transactional", *extra]
+        return _Server(args, work / f"{name}.log", "notes: listening on", name=name)
+
+    def shadowguard_serve(work: Path, name: str, upstream_url: str) -> _Server:
+        config = _proxy_config(work / f"{name}.yaml", upstream_url)
+        return _Server(
+            [executable, "serve", "--config", str(config)], work / f"{name}.log", SERVE_ANNOUNCE, name
+        )
+
+    statuses = [PeerStatus(p.name, p.mode, p.how) for p in peers]
+    pythons: dict[str, Path] = {}
+    for peer, status in zip(peers, statuses, strict=True):
+        if on_progress is not None:
+            on_progress(f"installing {peer.requirement or peer.name}")
+        try:
+            pythons[peer.name], status.version = install_peer(peer, peers_dir or default_peers_dir())
+        except PeerUnavailable as exc:
+            status.not_measured = str(exc)
+    rows: list[ProxyPerfRow] = []
+    with tempfile.TemporaryDirectory(prefix="sg-perf-proxy-") as tmp:
+        work = Path(tmp)
+        servers: list[_Server] = []
+        try:
+            upstream = notes(work, "notes")
+            servers.append(upstream)
+            upstream_url = upstream.wait_url()
+            proxy = shadowguard_serve(work, "shadowguard", upstream_url)
+            servers.append(proxy)
+            targets = [
+                _Target("direct", upstream_url),
+                _Target(SHADOWGUARD, proxy.wait_url(), guarded=True, pid=proxy.proc.pid),
+            ]
+            if round_trips:
+                upstream_rt = notes(work, "notes-no-piggyback", "--no-piggyback")
+                servers.append(upstream_rt)
+                proxy_rt = shadowguard_serve(work, "shadowguard-no-piggyback", upstream_rt.wait_url())
+                servers.append(proxy_rt)
+                targets.append(
+                    _Target(SHADOWGUARD_RT, proxy_rt.wait_url(), guarded=True, pid=proxy_rt.proc.pid)
+                )
+            peer_targets: dict[str, tuple[_Target, PeerStatus, _Server]] = {}
+            for peer, status in zip(peers, statuses, strict=True):
+                if status.not_measured is not None:
+                    continue
+                if on_progress is not None:
+                    on_progress(f"starting {peer.name}")
+                runner = work / f"{peer.name}-runner.py"
+                runner.write_text(_RUNNER_PRELUDE + peer.runner, encoding="utf-8")
+                peer_work = work / peer.name
+                peer_work.mkdir()
+                server = _Server(
+                    [str(pythons[peer.name]), str(runner), upstream_url, str(peer_work)],
+                    work / f"{peer.name}.log",
+                    "peer: listening on",
+                    name=peer.name,
+                )
+                servers.append(server)
+                try:
+                    url = server.wait_url()
+                except ProxyBenchError as exc:
+                    status.not_measured = str(exc).splitlines()[0] + _last_line(server.tail())
+                    continue
+                target = _Target(
+                    peer.name, url, peer.mode, peer.headers, kinds=("read",), pid=server.proc.pid
+                )
+                peer_targets[peer.name] = (target, status, server)
+            if any(t.mode == LEGACY for t, _, _ in peer_targets.values()):
+                targets.append(_Target("direct", upstream_url, LEGACY, kinds=("read",)))
+
+            async def measure(target: _Target, kind: str, n: int, run: str) -> None:
+                entry = peer_targets.get(target.path)
+                try:
+                    row = await _measure_one(target, kind, n, calls if run != "warmup" else 1, run)
+                except Exception as exc:
+                    if entry is None:
+                        raise
+                    cause = _first_error(exc)
+                    entry[1].not_measured = f"{type(cause).__name__}: {cause}"[:300] + _last_line(
+                        entry[2].tail()
+                    )
+                    del peer_targets[target.path]
+                    return
+                if run != "warmup":
+                    rows.append(row)
+
+            async def run_all() -> None:
+                with anyio.fail_after(RUN_TIMEOUT_S):
+                    for target in [*targets, *(t for t, _, _ in peer_targets.values())]:
+                        await measure(target, "read", 1, "warmup")
+                    for kind in kinds:
+                        for n in clients:
+                            for target in [*targets, *(t for t, _, _ in peer_targets.values())]:
+                                if kind not in target.kinds:
+                                    continue
+                                if on_progress is not None:
+                                    era = "" if target.mode == MODERN else f" ({target.mode})"
+                                    on_progress(f"{target.path}{era} {kind}, {n} clients × {calls} calls")
+                                await measure(target, kind, n, f"{kind}{n}")
+
+            try:
+                anyio.run(run_all)
+            except Exception as exc:
+                logs = "\n".join(f"--- {s.name}:\n{s.tail()}" for s in servers)
+                raise ProxyBenchError(f"the benchmark failed: {exc!r}\n{logs}") from exc
+        finally:
+            for server in reversed(servers):
+                server.stop()
+    measured = {s.name for s in statuses if s.not_measured is None}
+    rows = [r for r in rows if r.path in ("direct", SHADOWGUARD, SHADOWGUARD_RT) or r.path in measured]
+    _ratios(rows)
+    return ProxyPerf(calls_per_client=calls, rows=rows, peers=statuses)
+
+
+def _last_line(log: str) -> str:
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    return f" (last log line: {lines[-1][:300]})" if lines else ""
