@@ -9,12 +9,64 @@ from typing import Annotated
 import typer
 
 chaos_app = typer.Typer(
-    help="Reliability trials of `shadowguard serve` on 127.0.0.1: load, hostile input.", no_args_is_help=True
+    help="Reliability trials of `shadowguard serve` on 127.0.0.1. With no subcommand: every trial kind "
+    "(kill -9 of the proxy and of the upstream, the approval store going away, concurrent sessions, "
+    "hostile input), one summary line. Subcommands run one kind."
 )
 
 OutOpt = Annotated[
     Path | None, typer.Option("--out", help="Keep the servers' logs and databases in this folder.")
 ]
+
+
+@chaos_app.callback(invoke_without_command=True)
+def suite(
+    ctx: typer.Context,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="The small suite (under 3 minutes; the default tests run it).")
+    ] = False,
+    upstream: Annotated[
+        str, typer.Option(help="The kill trials' upstream database: sqlite or postgresql.")
+    ] = "sqlite",
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Keep the report (report.json, report.md), logs and databases here.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of kill moments, jitter and generated input.")] = 0,
+    pg_url: Annotated[
+        str, typer.Option(help="PostgreSQL for the postgresql upstream and approval store (a schema or tables of its own).")
+    ] = "postgresql://127.0.0.1:5432/test",
+) -> None:
+    """Every trial kind; the last line is `chaos: partial-commits P lost-commits L leaks K double-writes D
+    5xx E hangs H (N trials)`. Exit 1 when a counter is above 0 or a trial found another problem."""
+    if ctx.invoked_subcommand is not None:
+        return
+    import tempfile
+
+    from benchmark.chaos_suite import run_suite
+    from benchmark.chaos_stack import TrialRecord
+
+    def progress(record: TrialRecord) -> None:
+        figures = {k: v for k, v in record.details.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        typer.echo(
+            f"{record.kind} {record.trial}: {record.counters.total()} counted, {len(record.problems)} problem(s), "
+            f"{record.wall_s:.0f} s {figures if figures else ''}".rstrip()
+        )
+        for problem in record.problems:
+            typer.echo(f"  {problem[:400]}")
+
+    with tempfile.TemporaryDirectory(prefix="shadowguard-chaos-") as tmp:
+        folder = out or Path(tmp)
+        try:
+            result = run_suite(quick=quick, out=folder, upstream=upstream, seed=seed, pg_url=pg_url, progress=progress)
+        except Exception as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from exc
+        if out:
+            typer.echo(f"report: {folder / 'report.md'}, {folder / 'report.json'}")
+        typer.echo(f"wall: {result.wall_s:.0f} s")
+        typer.echo(result.line())
+        if result.failed():
+            raise typer.Exit(1)
 
 
 @chaos_app.command("load")
@@ -106,7 +158,7 @@ def _kills(
             raise typer.Exit(1)
 
 
-Upstream = Annotated[str, typer.Option(help="The upstream's database: sqlite (postgresql: not built).")]
+Upstream = Annotated[str, typer.Option(help="The upstream's database: sqlite or postgresql.")]
 Seed = Annotated[int, typer.Option(help="Seed of the kill moments.")]
 
 
@@ -125,19 +177,6 @@ def kills(
     every acknowledged commit, no half commit, no uncommitted row, nothing twice, and a commit under a
     killed session must be refused as changes_lost. Last line: the chaos counters. Exit 1 on any."""
     _kills(trials, sessions, upstream, out, seed, (0.2, 3.0))
-
-
-@chaos_app.command("quick")
-def quick(
-    upstream: Upstream = "sqlite",
-    seed: Seed = 0,
-    out: Annotated[
-        Path | None, typer.Option("--out", help="Keep the report, logs and databases here.")
-    ] = None,
-) -> None:
-    """The small version of `kills`: 3 trials of 4 sessions, the kill within 1.5 s (about 40 s on
-    a loaded 2-core machine; tests/benchmark/test_chaos.py runs 2 trials of 3)."""
-    _kills(3, 4, upstream, out, seed, (0.2, 1.5))
 
 
 def register(bench_app: typer.Typer) -> None:

@@ -7,10 +7,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 import sqlalchemy as sa
 
+from benchmark import chaos_db
+from benchmark.chaos_stack import NotesHttp, client, meta, notes_rows, start_proxy, write_config
+from benchmark.perf import NOTES_POLICY
 from guard.sql_backend import SqlBackend
 from tests.conftest import PG_URL, _pg_available
 
@@ -46,3 +52,50 @@ def test_a_begin_that_failed_on_a_lock_leaves_the_connection_usable(pg_schema: s
         second_conn.commit()
     with pg_schema.connect() as conn:
         assert conn.execute(sa.text("SELECT id FROM notes")).scalars().all() == ["a"]
+
+
+def _text(result: Any) -> str:
+    return " ".join(getattr(p, "text", "") for p in result.content)
+
+
+@pytest.mark.postgres
+def test_a_session_whose_begin_waits_on_another_sessions_lock_gets_a_retryable_error(tmp_path: Path) -> None:
+    """Through the proxy, on a PostgreSQL upstream shared by two sessions: while session A holds an open
+    shadow transaction, session B's first call cannot begin its own (A's capture DDL holds the table
+    lock). B must get a retryable lock-contention error, its session not poisoned; once A commits, B's
+    same call and commit go through."""
+    _pg_available()
+    db, _ = chaos_db.pg_run_url(PG_URL)
+    chaos_db.prepare(db)
+    notes = NotesHttp(tmp_path, db)
+    proxy = None
+    try:
+        url = notes.start()
+        upstream = {"name": "notes", "transport": "http", "url": url, "policy": str(NOTES_POLICY)}
+        proxy, proxy_url = start_proxy(write_config(tmp_path / "proxy.yaml", [upstream]), tmp_path / "proxy.log")
+
+        async def main() -> None:
+            seen: list[int] = []
+            http, c = client(proxy_url, seen)
+            async with http, c:
+                first = await c.call_tool("put_note", {"id": "a", "body": "x", "status": "draft"}, meta=meta("A"))
+                assert not first.is_error, _text(first)
+                blocked = await c.call_tool("put_note", {"id": "b", "body": "x", "status": "draft"}, meta=meta("B"))
+                assert blocked.is_error
+                verdict = blocked.structured_content or {}
+                assert verdict.get("error_class") == "transient", _text(blocked)
+                assert verdict["hint"]["retryable"] is True
+                assert (await c.call_tool("commit", {}, meta=meta("A"))).structured_content["committed"] is True
+                again = await c.call_tool("put_note", {"id": "b", "body": "x", "status": "draft"}, meta=meta("B"))
+                assert not again.is_error, _text(again)
+                done = await c.call_tool("commit", {}, meta=meta("B"))
+                assert (done.structured_content or {}).get("committed") is True, _text(done)
+            assert seen == []
+
+        anyio.run(main)
+        assert set(notes_rows(db, "")) == {"a", "b"}
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        notes.stop()
+        chaos_db.drop(db)
