@@ -61,13 +61,13 @@ def _schema_of(db: str) -> str:
 def prepare(db: str) -> None:
     """Create the notes table (the fixture's schema) and the write-counting trigger."""
     if not is_pg(db):
-        conn = sqlite3.connect(db)
+        lite = sqlite3.connect(db)
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.executescript(_SQLITE_SCHEMA)
-            conn.commit()
+            lite.execute("PRAGMA journal_mode=WAL")
+            lite.executescript(_SQLITE_SCHEMA)
+            lite.commit()
         finally:
-            conn.close()
+            lite.close()
         return
     engine = _engine(db)
     try:
@@ -98,11 +98,11 @@ def _query(db: str, sql: str, params: dict[str, object]) -> list[tuple[object, .
                 return [tuple(r) for r in conn.execute(sa.text(sql), params).all()]
         finally:
             engine.dispose()
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30.0)
+    lite = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30.0)
     try:
-        return [tuple(r) for r in conn.execute(sql, params).fetchall()]
+        return [tuple(r) for r in lite.execute(sql, params).fetchall()]
     finally:
-        conn.close()
+        lite.close()
 
 
 def read_state(db: str, prefix: str) -> tuple[set[str], dict[str, int], list[str]]:
@@ -111,7 +111,9 @@ def read_state(db: str, prefix: str) -> tuple[set[str], dict[str, int], list[str
     applied = {
         str(r[0]): int(str(r[1]))
         for r in _query(
-            db, f"SELECT id, count(*) FROM {WRITES_TABLE} WHERE id LIKE :p GROUP BY id", {"p": prefix + "%"}  # noqa: S608
+            db,
+            f"SELECT id, count(*) FROM {WRITES_TABLE} WHERE id LIKE :p GROUP BY id",  # noqa: S608
+            {"p": prefix + "%"},
         )
     }
     if is_pg(db):
@@ -130,7 +132,8 @@ def read_state(db: str, prefix: str) -> tuple[set[str], dict[str, int], list[str
         orphans = [
             str(r[0])
             for r in _query(
-                db, "SELECT name FROM sqlite_master WHERE name LIKE :p ESCAPE '\\' OR name = '_sg_changes'",
+                db,
+                "SELECT name FROM sqlite_master WHERE name LIKE :p ESCAPE '\\' OR name = '_sg_changes'",
                 {"p": "sg\\_%"},
             )
         ]
@@ -139,5 +142,9 @@ def read_state(db: str, prefix: str) -> tuple[set[str], dict[str, int], list[str
 
 def present_count(db: str, notes: list[str]) -> int:
     marks = ",".join(f":n{i}" for i in range(len(notes)))
-    rows = _query(db, f"SELECT count(*) FROM notes WHERE id IN ({marks})", {f"n{i}": n for i, n in enumerate(notes)})  # noqa: S608
+    rows = _query(
+        db,
+        f"SELECT count(*) FROM notes WHERE id IN ({marks})",  # noqa: S608 - only bind-parameter names
+        {f"n{i}": n for i, n in enumerate(notes)},
+    )
     return int(str(rows[0][0]))

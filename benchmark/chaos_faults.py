@@ -91,7 +91,8 @@ def run_upstream_kill(trial: int, work: Path, shadowguard: str | None = None) ->
     try:
         url = notes.start()
         config = write_config(
-            work / "proxy.yaml", [{"name": "notes", "transport": "http", "url": url, "policy": str(NOTES_POLICY)}]
+            work / "proxy.yaml",
+            [{"name": "notes", "transport": "http", "url": url, "policy": str(NOTES_POLICY)}],
         )
         proxy, proxy_url = start_proxy(config, work / "proxy.log", shadowguard)
         try:
@@ -101,7 +102,9 @@ def run_upstream_kill(trial: int, work: Path, shadowguard: str | None = None) ->
         prefix = f"uk{trial}-"
         left = notes_rows(db, prefix + "s-")
         if left:
-            rec.problem("leaks", f"leak: uncommitted rows of the killed session are in the upstream: {sorted(left)}")
+            rec.problem(
+                "leaks", f"leak: uncommitted rows of the killed session are in the upstream: {sorted(left)}"
+            )
         if f"{prefix}after" not in notes_rows(db, prefix):
             rec.problem(None, "after the upstream's restart a new session's commit did not land")
     except ProxyBenchError as exc:
@@ -120,7 +123,9 @@ async def _upstream_kill(trial: int, url: str, notes: NotesHttp, rec: TrialRecor
     http, c = client(url, seen)
     async with http, c:
         for part in ("a", "b"):
-            answer = await _call(c, session, "put_note", {"id": prefix + part, "body": "x", "status": "draft"})
+            answer = await _call(
+                c, session, "put_note", {"id": prefix + part, "body": "x", "status": "draft"}
+            )
             if _failed(answer):
                 rec.problem(None, f"a write before the kill failed: {_shown(answer)}")
                 return
@@ -131,12 +136,16 @@ async def _upstream_kill(trial: int, url: str, notes: NotesHttp, rec: TrialRecor
         if not _failed(write):
             rec.problem(None, "a write to a killed upstream was answered as done")
         if _verdict(commit).get("committed") is True:
-            rec.problem("lost_commits", "a commit after the upstream's kill said committed over rows that are gone")
+            rec.problem(
+                "lost_commits", "a commit after the upstream's kill said committed over rows that are gone"
+            )
         elif not _failed(commit):
             rec.problem(None, f"a commit after the upstream's kill did not fail: {_shown(commit)}")
         for answer, what in ((write, "write"), (commit, "commit")):
             if len(_shown(answer).strip()) < 20:
-                rec.problem(None, f"the {what} after the upstream's kill got no clear error: {_shown(answer)!r}")
+                rec.problem(
+                    None, f"the {what} after the upstream's kill got no clear error: {_shown(answer)!r}"
+                )
         await anyio.to_thread.run_sync(notes.start)
         after = f"chaos-uk{trial}-after-{os.getpid()}"
         wrote = await _call(c, after, "put_note", {"id": f"uk{trial}-after", "body": "x", "status": "draft"})
@@ -228,7 +237,7 @@ class _Redis:
             with suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
                 s.sendall(b"PING\r\n")
                 if s.recv(16).startswith(b"+PONG"):
-                    return self.port
+                    return int(self.port)
             time.sleep(0.05)
         raise FaultTrialError(f"redis-server did not answer on port {self.port} within 30 s")
 
@@ -256,7 +265,11 @@ def run_store_outage(
     else:
         raise FaultTrialError(f"unknown approval store {store!r}: use redis or postgresql")
     token = secrets.token_hex(16)
-    auth = {"reviewers": [{"name": "ed", "role": "approver", "token_sha256": hashlib.sha256(token.encode()).hexdigest()}]}
+    auth = {
+        "reviewers": [
+            {"name": "ed", "role": "approver", "token_sha256": hashlib.sha256(token.encode()).hexdigest()}
+        ]
+    }
     db = str(work / "notes.sqlite")
     notes = NotesHttp(work, db)
     proxies = []
@@ -304,18 +317,26 @@ class _Outage:
 
     async def _api(self, http: httpx2.AsyncClient, method: str, path: str) -> httpx2.Response:
         with anyio.fail_after(STEP_TIMEOUT_S):
-            answer = await http.request(method, path, headers=self.headers, json={"reason": None} if method == "POST" else None)
+            answer = await http.request(
+                method, path, headers=self.headers, json={"reason": None} if method == "POST" else None
+            )
         if answer.status_code >= 500 and answer.status_code != 503:
-            self.rec.problem("http_5xx", f"{method} {path} answered {answer.status_code}: {answer.text[:200]}")
+            self.rec.problem(
+                "http_5xx", f"{method} {path} answered {answer.status_code}: {answer.text[:200]}"
+            )
         return answer
 
     def _fail_closed(self, answer: types.CallToolResult | str, what: str) -> None:
         verdict = _verdict(answer)
         self.rec.details[what] = _shown(answer)
         if not _failed(answer) or verdict.get("committed") is True:
-            self.rec.problem(None, f"{what} while the approval store was away was not refused: {_shown(answer)}")
+            self.rec.problem(
+                None, f"{what} while the approval store was away was not refused: {_shown(answer)}"
+            )
         elif verdict.get("error_class") != TRANSIENT and not (verdict.get("hint") or {}).get("retryable"):
-            self.rec.problem(None, f"{what} while the approval store was away: not a transient error: {_shown(answer)}")
+            self.rec.problem(
+                None, f"{what} while the approval store was away: not a transient error: {_shown(answer)}"
+            )
 
     async def run(self, url: str, expiring_url: str) -> None:
         base = url.rsplit("/mcp", 1)[0]
@@ -334,13 +355,19 @@ class _Outage:
                 return
             await _call(a, t, "put_note", {"id": self.note("z"), "body": "x", "status": "draft"})
             await anyio.to_thread.run_sync(self.outage.down)
-            self._fail_closed(await _call(a, s, "delete_note", {"id": self.note("y")}), "a new irreversible call")
-            self._fail_closed(await _call(a, s, "delete_note", {"id": self.note("x")}), "the held call sent again")
+            self._fail_closed(
+                await _call(a, s, "delete_note", {"id": self.note("y")}), "a new irreversible call"
+            )
+            self._fail_closed(
+                await _call(a, s, "delete_note", {"id": self.note("x")}), "the held call sent again"
+            )
             self._fail_closed(await _call(a, t, "commit", {}), "a commit")
             ready = await api.get("/readyz")
             self.rec.details["readyz_while_away"] = ready.status_code
             if self.rows() != {self.note(n) for n in ("x", "y")}:
-                self.rec.problem(None, f"something ran while the approval store was away: rows {sorted(self.rows())}")
+                self.rec.problem(
+                    None, f"something ran while the approval store was away: rows {sorted(self.rows())}"
+                )
             await anyio.to_thread.run_sync(self.outage.up)
             await self._after_return(a, api, s, t, approval)
         await self._expired(expiring_url)
@@ -352,9 +379,14 @@ class _Outage:
             if time.monotonic() > deadline:
                 raise TimeoutError
             await anyio.sleep(0.2)
-        self.rec.details["pending_after_return"] = state.json().get("state") if state.status_code == 200 else state.text[:200]
+        self.rec.details["pending_after_return"] = (
+            state.json().get("state") if state.status_code == 200 else state.text[:200]
+        )
         if state.status_code != 200 or state.json().get("state") != "pending":
-            self.rec.problem(None, f"the pending request did not survive the outage: {state.status_code} {state.text[:200]}")
+            self.rec.problem(
+                None,
+                f"the pending request did not survive the outage: {state.status_code} {state.text[:200]}",
+            )
             return
         decided = await self._api(api, "POST", f"/api/approvals/{approval}/approve")
         if decided.status_code != 200:
@@ -367,8 +399,14 @@ class _Outage:
                 break
             await anyio.sleep(0.2)
         done_s = await _call(a, s, "commit", {})
-        if _failed(ran) or _verdict(done_s).get("committed") is not True or _verdict(done_t).get("committed") is not True:
-            self.rec.problem(None, f"after the store returned: {_shown(ran)} / {_shown(done_s)} / {_shown(done_t)}")
+        if (
+            _failed(ran)
+            or _verdict(done_s).get("committed") is not True
+            or _verdict(done_t).get("committed") is not True
+        ):
+            self.rec.problem(
+                None, f"after the store returned: {_shown(ran)} / {_shown(done_s)} / {_shown(done_t)}"
+            )
         if self.rows() != {self.note("y"), self.note("z")}:
             self.rec.problem(None, f"after the store returned the rows are {sorted(self.rows())}")
 
@@ -388,7 +426,9 @@ class _Outage:
             done = await _call(e, u, "commit", {})
             self.rec.details.update(approve_expired=late.status_code, expired_call=_shown(again))
             if late.status_code == 200 or not _failed(again):
-                self.rec.problem(None, f"an expired approval was granted or ran: {late.status_code} {_shown(again)}")
+                self.rec.problem(
+                    None, f"an expired approval was granted or ran: {late.status_code} {_shown(again)}"
+                )
             if _verdict(done).get("committed") is not True:
                 self.rec.problem(None, f"the commit after an expired approval: {_shown(done)}")
         if self.note("y") not in self.rows():

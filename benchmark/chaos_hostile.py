@@ -32,7 +32,16 @@ import httpx2
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from benchmark.chaos_stack import MODERN, SESSION_META_KEY, NotesHttp, TrialRecord, cpu_s, notes_rows, start_proxy, write_config
+from benchmark.chaos_stack import (
+    MODERN,
+    SESSION_META_KEY,
+    NotesHttp,
+    TrialRecord,
+    cpu_s,
+    notes_rows,
+    start_proxy,
+    write_config,
+)
 from benchmark.perf import NOTES_POLICY, ProxyBenchError
 
 TIME_BOUND_S = 15.0
@@ -57,7 +66,12 @@ class HostileError(RuntimeError):
 
 def _call(name: Any, arguments: Any, session: Any = "hostile", rid: Any = 1) -> dict[str, Any]:
     meta = {**META, SESSION_META_KEY: session}
-    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {"name": name, "arguments": arguments, "_meta": meta}}
+    return {
+        "jsonrpc": "2.0",
+        "id": rid,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": arguments, "_meta": meta},
+    }
 
 
 def _dump(value: Any) -> bytes:
@@ -70,15 +84,29 @@ def mcp_bodies() -> Iterator[tuple[str, bytes, dict[str, str]]]:
     yield "empty body", b"", {}
     yield "not json", b"not json at all", {}
     yield "truncated", good[: len(good) // 2], {}
-    yield "unclosed string", b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_', {}
+    yield (
+        "unclosed string",
+        b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_',
+        {},
+    )
     yield "deep nesting (100,000 arrays)", b"[" * 100_000 + b"]" * 100_000, {}
-    yield "deep nesting in arguments", _dump(_call("put_note", {"id": "x", "body": "x"})).replace(
-        b'"body": "x"', b'"body": ' + b"[" * 5000 + b"]" * 5000
-    ), {}
+    yield (
+        "deep nesting in arguments",
+        _dump(_call("put_note", {"id": "x", "body": "x"})).replace(
+            b'"body": "x"', b'"body": ' + b"[" * 5000 + b"]" * 5000
+        ),
+        {},
+    )
     yield "body over the limit", b'{"a": "' + b"x" * (MAX_BODY + 10) + b'"}', {}
     yield "wide arguments (16,000 keys)", _dump(_call("put_note", {f"k{i}": "v" for i in range(16_000)})), {}
     yield "one huge string argument", _dump(_call("put_note", {"id": "big", "body": "x" * 3_000_000})), {}
-    for member, value in (("jsonrpc", "1.0"), ("id", {"a": 1}), ("method", 5), ("params", "x"), ("params", [1, 2])):
+    for member, value in (
+        ("jsonrpc", "1.0"),
+        ("id", {"a": 1}),
+        ("method", 5),
+        ("params", "x"),
+        ("params", [1, 2]),
+    ):
         message = _call("get_note", {"id": "n1"})
         message[member] = value
         yield f"wrong type: {member}={value!r}", _dump(message), {}
@@ -87,7 +115,11 @@ def mcp_bodies() -> Iterator[tuple[str, bytes, dict[str, str]]]:
     yield "session id an object", _dump(_call("get_note", {"id": "n1"}, session={"a": 1})), {}
     yield "NUL in tool name", _dump(_call("get_note\u0000", {"id": "n1"})), {}
     yield "NUL in session id", _dump(_call("get_note", {"id": "n1"}, session="s\u0000x")), {}
-    yield "NUL in argument", _dump(_call("put_note", {"id": "nul\u0000", "body": "\u0000", "status": "draft"})), {}
+    yield (
+        "NUL in argument",
+        _dump(_call("put_note", {"id": "nul\u0000", "body": "\u0000", "status": "draft"})),
+        {},
+    )
     yield "lone surrogate in session id", _dump(_call("get_note", {"id": "n1"}, session="\ud800")), {}
     yield "lone surrogate in argument key", _dump(_call("put_note", {"\udfff": "x"})), {}
     yield "right-to-left and joiners", _dump(_call("get_note", {"id": "\u202e\u200d\ufeff🙂"})), {}
@@ -96,8 +128,16 @@ def mcp_bodies() -> Iterator[tuple[str, bytes, dict[str, str]]]:
     yield "empty batch", b"[]", {}
     yield "batch of two", b"[" + good + b"," + good + b"]", {}
     yield "batch of 2,000", b"[" + b",".join([good] * 2000) + b"]", {}
-    yield "batch with a write", b"[" + good + b"," + _dump(_call("put_note", {"id": "b", "body": "b"})) + b"]", {}
-    yield "unknown method", _dump({"jsonrpc": "2.0", "id": 1, "method": "no/such", "params": {"_meta": META}}), {}
+    yield (
+        "batch with a write",
+        b"[" + good + b"," + _dump(_call("put_note", {"id": "b", "body": "b"})) + b"]",
+        {},
+    )
+    yield (
+        "unknown method",
+        _dump({"jsonrpc": "2.0", "id": 1, "method": "no/such", "params": {"_meta": META}}),
+        {},
+    )
     yield "wrong content type", good, {"Content-Type": "text/plain"}
     yield "wrong protocol version header", good, {"MCP-Protocol-Version": "1999-01-01"}
     yield "NUL in a header value", good, {"Mcp-Session-Id": "a%00b"}
@@ -105,7 +145,16 @@ def mcp_bodies() -> Iterator[tuple[str, bytes, dict[str, str]]]:
 
 def rest_requests() -> Iterator[tuple[str, str, str, bytes | None, dict[str, str]]]:
     """(what, method, path, body, headers) of the hand-written hostile REST requests."""
-    odd_ids = ["..", "%00", "%ff%fe", "a/b/c/commit", "x" * 5000, "%F0%9F%99%82", "%ED%A0%80", "principal:%00"]
+    odd_ids = [
+        "..",
+        "%00",
+        "%ff%fe",
+        "a/b/c/commit",
+        "x" * 5000,
+        "%F0%9F%99%82",
+        "%ED%A0%80",
+        "principal:%00",
+    ]
     for sid in odd_ids:
         yield f"session id {sid[:20]!r}", "GET", f"/api/sessions/{sid}", None, {}
         yield f"commit of {sid[:20]!r}", "POST", f"/api/sessions/{sid}/commit", b"{", {}
@@ -117,7 +166,13 @@ def rest_requests() -> Iterator[tuple[str, str, str, bytes | None, dict[str, str
     yield "approve an odd id", "POST", "/api/approvals/%00/approve", b'{"reason": 5}', {}
     yield "bulk garbage", "POST", "/api/approvals/bulk", b'{"ids": [' + b'"a",' * 100_000 + b'"a"]}', {}
     yield "review page odd id", "GET", "/review/%ED%A0%80", None, {}
-    yield "review login garbage", "POST", "/review/login", b"\x00" * 1000, {"Content-Type": "application/x-www-form-urlencoded"}
+    yield (
+        "review login garbage",
+        "POST",
+        "/review/login",
+        b"\x00" * 1000,
+        {"Content-Type": "application/x-www-form-urlencoded"},
+    )
     yield "readyz with a body", "GET", "/readyz", b"x" * 100_000, {}
 
 
@@ -130,12 +185,19 @@ MESSAGES = st.fixed_dictionaries(
     {
         "jsonrpc": st.sampled_from(["2.0", "2.0", "1.0"]) | JSON_VALUES,
         "id": st.integers() | st.text(max_size=10) | JSON_VALUES,
-        "method": st.sampled_from(["tools/call", "tools/list", "resources/read", "prompts/get", "ping"]) | st.text(max_size=12),
+        "method": st.sampled_from(["tools/call", "tools/list", "resources/read", "prompts/get", "ping"])
+        | st.text(max_size=12),
         "params": st.fixed_dictionaries(
             {
-                "name": st.sampled_from(["get_note", "put_note", "delete_note", "commit", "rollback"]) | st.text(max_size=12),
-                "arguments": st.dictionaries(st.sampled_from(["id", "body", "status"]) | st.text(max_size=6), JSON_VALUES, max_size=5) | JSON_VALUES,
-                "_meta": st.fixed_dictionaries({}, optional={SESSION_META_KEY: JSON_VALUES, **{k: JSON_VALUES for k in META}}).map(lambda m: {**META, **m}),
+                "name": st.sampled_from(["get_note", "put_note", "delete_note", "commit", "rollback"])
+                | st.text(max_size=12),
+                "arguments": st.dictionaries(
+                    st.sampled_from(["id", "body", "status"]) | st.text(max_size=6), JSON_VALUES, max_size=5
+                )
+                | JSON_VALUES,
+                "_meta": st.fixed_dictionaries(
+                    {}, optional={SESSION_META_KEY: JSON_VALUES, **{k: JSON_VALUES for k in META}}
+                ).map(lambda m: {**META, **m}),
             }
         )
         | JSON_VALUES,
@@ -173,7 +235,9 @@ class _Probe:
         self.statuses[status] = self.statuses.get(status, 0) + 1
         self.samples.setdefault(str(status), f"{what}: {answer.text[:160]}")
         if status >= 500:
-            self.rec.problem("http_5xx", f"5xx: {what}: {method} {path[:60]} answered {status}: {answer.text[:200]}")
+            self.rec.problem(
+                "http_5xx", f"5xx: {what}: {method} {path[:60]} answered {status}: {answer.text[:200]}"
+            )
         if took > TIME_BOUND_S or cpu > CPU_BOUND_S:
             self.rec.problem("hangs", f"hang: {what}: {took:.2f} s, {cpu:.2f} s of proxy CPU")
 
@@ -219,9 +283,26 @@ def _fuzz_mcp(probe: _Probe, examples: int, seed_value: int) -> None:
 def _schemathesis(rec: TrialRecord, base: str, token: str, examples: int, work: Path) -> None:
     binary = Path(sys.executable).parent / "schemathesis"
     if not binary.is_file():
-        raise HostileError(f"schemathesis is not installed next to {sys.executable} (pip install -e '.[dev]')")
-    args = [str(binary), "run", f"{base}/api/openapi.json", "--checks", "not_a_server_error", "--max-examples", str(examples)]
-    args += ["--header", f"Authorization: Bearer {token}", "--request-timeout", str(TIME_BOUND_S), "--workers", "1"]
+        raise HostileError(
+            f"schemathesis is not installed next to {sys.executable} (pip install -e '.[dev]')"
+        )
+    args = [
+        str(binary),
+        "run",
+        f"{base}/api/openapi.json",
+        "--checks",
+        "not_a_server_error",
+        "--max-examples",
+        str(examples),
+    ]
+    args += [
+        "--header",
+        f"Authorization: Bearer {token}",
+        "--request-timeout",
+        str(TIME_BOUND_S),
+        "--workers",
+        "1",
+    ]
     args += ["--phases", "examples,coverage,fuzzing", "--seed", "0", "--no-color"]
     log = work / "schemathesis.log"
     try:
@@ -236,11 +317,19 @@ def _schemathesis(rec: TrialRecord, base: str, token: str, examples: int, work: 
         failures = done.stdout.count("Server error")
         if failures:
             rec.counters.http_5xx += failures
-        rec.problems.append(f"schemathesis failed (exit {done.returncode}; see {log.name}): {' '.join(tail)[:300]}")
+        rec.problems.append(
+            f"schemathesis failed (exit {done.returncode}; see {log.name}): {' '.join(tail)[:300]}"
+        )
 
 
 def run_hostile(
-    trial: int, work: Path, *, examples: int = 200, api_examples: int = 20, seed_value: int = 0, shadowguard: str | None = None
+    trial: int,
+    work: Path,
+    *,
+    examples: int = 200,
+    api_examples: int = 20,
+    seed_value: int = 0,
+    shadowguard: str | None = None,
 ) -> TrialRecord:
     rec = TrialRecord("hostile-input", trial)
     work.mkdir(parents=True, exist_ok=True)
@@ -248,20 +337,29 @@ def run_hostile(
     notes = NotesHttp(work, db)
     proxy = None
     token = "chaos-" + hashlib.sha256(str(work).encode()).hexdigest()[:16]
-    auth = {"reviewers": [{"name": "ed", "role": "approver", "token_sha256": hashlib.sha256(token.encode()).hexdigest()}]}
+    auth = {
+        "reviewers": [
+            {"name": "ed", "role": "approver", "token_sha256": hashlib.sha256(token.encode()).hexdigest()}
+        ]
+    }
     began = time.perf_counter()
     try:
         url = notes.start()
         upstream = [{"name": "notes", "transport": "http", "url": url, "policy": str(NOTES_POLICY)}]
-        config = write_config(work / "proxy.yaml", upstream, auth=auth, http={"host": "127.0.0.1", "port": 0, "max_body_bytes": MAX_BODY})
+        config = write_config(
+            work / "proxy.yaml",
+            upstream,
+            auth=auth,
+            http={"host": "127.0.0.1", "port": 0, "max_body_bytes": MAX_BODY},
+        )
         proxy, proxy_url = start_proxy(config, work / "proxy.log", shadowguard)
         before = notes_rows(db, "")
         probe = _Probe(rec, proxy_url.rsplit("/mcp", 1)[0], proxy.proc.pid)
         with probe.http:
             for what, body, extra in mcp_bodies():
                 probe.mcp(what, body, extra)
-            for what, method, path, body, headers in rest_requests():
-                probe.send(what, method, path, body, headers)
+            for what, method, path, content, headers in rest_requests():
+                probe.send(what, method, path, content, headers)
             _fuzz_mcp(probe, examples, seed_value)
             _schemathesis(rec, probe.base, token, api_examples, work)
             if proxy.proc.poll() is not None:

@@ -24,12 +24,22 @@ import random
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import mcp.types as types
 from mcp import Client, MCPError
 
-from benchmark.chaos_stack import NotesHttp, TrialRecord, client, meta, notes_rows, start_proxy, text_of, write_config
+from benchmark.chaos_stack import (
+    NotesHttp,
+    TrialRecord,
+    client,
+    meta,
+    notes_rows,
+    start_proxy,
+    text_of,
+    write_config,
+)
 from benchmark.perf import NOTES_POLICY, ProxyBenchError, _p99
 
 WRITER_WAIT_S = 10.0
@@ -58,7 +68,7 @@ class _Run:
     def note(self, i: int) -> str:
         return f"{self.prefix}{i}"
 
-    async def _call(self, c: Client, i: int, name: str, args: dict[str, object]) -> types.CallToolResult | None:
+    async def _call(self, c: Client, i: int, name: str, args: dict[str, Any]) -> types.CallToolResult | None:
         started = time.monotonic()
         try:
             with anyio.fail_after(self.bound_s * 2):
@@ -71,11 +81,15 @@ class _Run:
         took = time.monotonic() - started
         self.longest_call_s = max(self.longest_call_s, took)
         if took > self.bound_s:
-            self.rec.problem("hangs", f"hang: session {i}'s {name} took {took:.1f} s (bound {self.bound_s:.0f} s)")
+            self.rec.problem(
+                "hangs", f"hang: session {i}'s {name} took {took:.1f} s (bound {self.bound_s:.0f} s)"
+            )
             return None
         return answer
 
-    async def _until_done(self, c: Client, i: int, name: str, args: dict[str, object]) -> types.CallToolResult | None:
+    async def _until_done(
+        self, c: Client, i: int, name: str, args: dict[str, Any]
+    ) -> types.CallToolResult | None:
         for _ in range(MAX_SENDS):
             answer = await self._call(c, i, name, args)
             if answer is None or not answer.is_error:
@@ -122,9 +136,16 @@ def run_isolation(
     began = time.perf_counter()
     try:
         url = notes.start()
-        upstream = {"name": "notes", "transport": "http", "url": url, "policy": str(NOTES_POLICY)}
+        upstream: dict[str, Any] = {
+            "name": "notes",
+            "transport": "http",
+            "url": url,
+            "policy": str(NOTES_POLICY),
+        }
         upstream |= {"writers": 1, "writer_wait_s": WRITER_WAIT_S}
-        proxy, proxy_url = start_proxy(write_config(work / "proxy.yaml", [upstream]), work / "proxy.log", shadowguard)
+        proxy, proxy_url = start_proxy(
+            write_config(work / "proxy.yaml", [upstream]), work / "proxy.log", shadowguard
+        )
         run = _Run(rec, sessions, proxy_url, random.Random(seed))  # noqa: S311 - retry jitter
 
         async def main() -> None:
@@ -144,7 +165,9 @@ def run_isolation(
     present = notes_rows(db, run.prefix)
     for i in range(sessions):
         if i in run.acked and run.note(i) not in present:
-            rec.problem("lost_commits", f"lost commit: session {i}'s acknowledged note is not in the database")
+            rec.problem(
+                "lost_commits", f"lost commit: session {i}'s acknowledged note is not in the database"
+            )
         if i not in run.commit_sent and run.note(i) in present:
             rec.problem("leaks", f"leak: session {i} never sent its commit and its note is in the database")
     rec.counters.http_5xx += len(run.seen)

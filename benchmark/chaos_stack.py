@@ -68,7 +68,9 @@ def text_of(result: types.CallToolResult) -> str:
     return " ".join(p.text for p in result.content if isinstance(p, types.TextContent))
 
 
-def client(url: str, seen_5xx: list[int], timeout_s: float = STEP_TIMEOUT_S) -> tuple[httpx2.AsyncClient, Client]:
+def client(
+    url: str, seen_5xx: list[int], timeout_s: float = STEP_TIMEOUT_S
+) -> tuple[httpx2.AsyncClient, Client]:
     """An MCP client (2026 era) whose HTTP answers of status 500 or more are noted in ``seen_5xx``."""
     http = create_mcp_http_client()
 
@@ -94,8 +96,18 @@ class NotesHttp:
 
     def start(self) -> str:
         self.starts += 1
-        args = [sys.executable, str(NOTES_SERVER), "--db", self.db, "--port", str(self.port), "--transactional"]
-        self.server = _Server(args, self.work / f"{self.name}-{self.starts}.log", "notes: listening on", self.name)
+        args = [
+            sys.executable,
+            str(NOTES_SERVER),
+            "--db",
+            self.db,
+            "--port",
+            str(self.port),
+            "--transactional",
+        ]
+        self.server = _Server(
+            args, self.work / f"{self.name}-{self.starts}.log", "notes: listening on", self.name
+        )
         self.url = self.server.wait_url()
         self.port = int(self.url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
         return self.url
@@ -126,7 +138,9 @@ def write_config(path: Path, upstreams: list[dict[str, Any]], **sections: Any) -
 
 
 def start_proxy(config: Path, log: Path, shadowguard: str | None = None) -> tuple[_Server, str]:
-    server = _Server([executable(shadowguard), "serve", "--config", str(config)], log, SERVE_ANNOUNCE, "proxy")
+    server = _Server(
+        [executable(shadowguard), "serve", "--config", str(config)], log, SERVE_ANNOUNCE, "proxy"
+    )
     try:
         return server, server.wait_url()
     except BaseException:
@@ -137,7 +151,9 @@ def start_proxy(config: Path, log: Path, shadowguard: str | None = None) -> tupl
 def notes_rows(db: str, prefix: str) -> dict[str, str]:
     """``{id: body}`` of the notes whose id starts with ``prefix``, read directly from the database."""
     if db.startswith("postgresql"):
-        engine = sa.create_engine(db.replace("postgresql://", "postgresql+psycopg://", 1), poolclass=sa.NullPool)
+        engine = sa.create_engine(
+            db.replace("postgresql://", "postgresql+psycopg://", 1), poolclass=sa.NullPool
+        )
         try:
             with engine.connect() as conn:
                 rows = conn.execute(
@@ -146,11 +162,11 @@ def notes_rows(db: str, prefix: str) -> dict[str, str]:
         finally:
             engine.dispose()
         return {r[0]: r[1] for r in rows}
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30.0)
+    lite = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30.0)
     try:
-        return dict(conn.execute("SELECT id, body FROM notes WHERE id LIKE ?", (prefix + "%",)).fetchall())
+        return dict(lite.execute("SELECT id, body FROM notes WHERE id LIKE ?", (prefix + "%",)).fetchall())
     finally:
-        conn.close()
+        lite.close()
 
 
 def cpu_s(pid: int) -> float:

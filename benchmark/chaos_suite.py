@@ -76,7 +76,9 @@ class SuiteResult:
 
 def _kill_record(trial: TrialResult, upstream: str) -> TrialRecord:
     details = {k: v for k, v in asdict(trial).items() if k not in ("trial", "counters", "problems", "wall_s")}
-    return TrialRecord(f"kill-proxy-{upstream}", trial.trial, trial.counters, trial.problems, details, trial.wall_s)
+    return TrialRecord(
+        f"kill-proxy-{upstream}", trial.trial, trial.counters, trial.problems, details, trial.wall_s
+    )
 
 
 def run_suite(
@@ -120,8 +122,12 @@ def run_suite(
     note(run_isolation(0, plan.isolation_sessions, out / "isolation", seed=seed, shadowguard=shadowguard))
     note(
         run_hostile(
-            0, out / "hostile", examples=plan.hostile_examples, api_examples=plan.api_examples,
-            seed_value=seed, shadowguard=shadowguard,
+            0,
+            out / "hostile",
+            examples=plan.hostile_examples,
+            api_examples=plan.api_examples,
+            seed_value=seed,
+            shadowguard=shadowguard,
         )
     )
     result.wall_s = round(time.perf_counter() - started, 1)
@@ -131,7 +137,11 @@ def run_suite(
 
 def _conditions() -> dict[str, Any]:
     load = os.getloadavg()
-    return {"cpus": os.cpu_count(), "load_average": [round(x, 2) for x in load], "python": platform.python_version()}
+    return {
+        "cpus": os.cpu_count(),
+        "load_average": [round(x, 2) for x in load],
+        "python": platform.python_version(),
+    }
 
 
 def write_report(result: SuiteResult, out: Path) -> None:
@@ -150,17 +160,20 @@ def write_report(result: SuiteResult, out: Path) -> None:
         "",
         f"`{result.line()}`",
         "",
-        f"upstream {result.upstream}; wall {result.wall_s:.0f} s; conditions {json.dumps(data['conditions'])}",
+        f"upstream {result.upstream}; wall {result.wall_s:.0f} s; "
+        f"conditions {json.dumps(data['conditions'])}",
         "",
         "| kind | trial | partial | lost | leaks | double | 5xx | hangs | problems | s | figures |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result.records:
         c = r.counters
-        figures = json.dumps({k: v for k, v in r.details.items() if not isinstance(v, dict | list | str)})
+        plain = {k: v for k, v in r.details.items() if not isinstance(v, dict | list | str)}
+        figures = json.dumps(plain)
         lines.append(
-            f"| {r.kind} | {r.trial} | {c.partial_commits} | {c.lost_commits} | {c.leaks} | {c.double_writes} "
-            f"| {c.http_5xx} | {c.hangs} | {len(r.problems)} | {r.wall_s:.0f} | {figures} |"
+            f"| {r.kind} | {r.trial} | {c.partial_commits} | {c.lost_commits} | {c.leaks} "
+            f"| {c.double_writes} | {c.http_5xx} | {c.hangs} | {len(r.problems)} | {r.wall_s:.0f} "
+            f"| {figures} |"
         )
     problems = [f"- {r.kind} {r.trial}: {p}" for r in result.records for p in r.problems]
     lines += ["", "## Problems", "", *(problems or ["none"]), ""]

@@ -385,7 +385,9 @@ class ProxySession:
                 if leg is not None and leg.upstream.writers is not None:
                     leg.upstream.writers.release()
 
-    def _lock_at_begin(self, leg: _Leg, tool: str, arguments: Mapping[str, Any], exc: BaseException) -> ToolOutcome:
+    def _lock_at_begin(
+        self, leg: _Leg, tool: str, arguments: Mapping[str, Any], exc: BaseException
+    ) -> ToolOutcome:
         """The leg's transaction could not begin: the upstream gave up waiting for a lock another
         session holds (on PostgreSQL, the capture triggers' DDL). Nothing was begun or kept, so this
         is a retryable conflict for this call only, not a loss of the session (issue 15)."""

@@ -38,7 +38,9 @@ def pg_schema() -> Iterator[sa.Engine]:
 
 @pytest.mark.postgres
 def test_a_begin_that_failed_on_a_lock_leaves_the_connection_usable(pg_schema: sa.Engine) -> None:
-    notes = sa.Table("notes", sa.MetaData(), sa.Column("id", sa.Text, primary_key=True), sa.Column("body", sa.Text))
+    notes = sa.Table(
+        "notes", sa.MetaData(), sa.Column("id", sa.Text, primary_key=True), sa.Column("body", sa.Text)
+    )
     with pg_schema.connect() as first_conn, pg_schema.connect() as second_conn:
         first = SqlBackend(first_conn, [notes])
         second = SqlBackend(second_conn, [notes], lock_timeout_s=0.1)
@@ -72,21 +74,31 @@ def test_a_session_whose_begin_waits_on_another_sessions_lock_gets_a_retryable_e
     try:
         url = notes.start()
         upstream = {"name": "notes", "transport": "http", "url": url, "policy": str(NOTES_POLICY)}
-        proxy, proxy_url = start_proxy(write_config(tmp_path / "proxy.yaml", [upstream]), tmp_path / "proxy.log")
+        proxy, proxy_url = start_proxy(
+            write_config(tmp_path / "proxy.yaml", [upstream]), tmp_path / "proxy.log"
+        )
 
         async def main() -> None:
             seen: list[int] = []
             http, c = client(proxy_url, seen)
             async with http, c:
-                first = await c.call_tool("put_note", {"id": "a", "body": "x", "status": "draft"}, meta=meta("A"))
+                first = await c.call_tool(
+                    "put_note", {"id": "a", "body": "x", "status": "draft"}, meta=meta("A")
+                )
                 assert not first.is_error, _text(first)
-                blocked = await c.call_tool("put_note", {"id": "b", "body": "x", "status": "draft"}, meta=meta("B"))
+                blocked = await c.call_tool(
+                    "put_note", {"id": "b", "body": "x", "status": "draft"}, meta=meta("B")
+                )
                 assert blocked.is_error
                 verdict = blocked.structured_content or {}
                 assert verdict.get("error_class") == "transient", _text(blocked)
                 assert verdict["hint"]["retryable"] is True
-                assert (await c.call_tool("commit", {}, meta=meta("A"))).structured_content["committed"] is True
-                again = await c.call_tool("put_note", {"id": "b", "body": "x", "status": "draft"}, meta=meta("B"))
+                assert (await c.call_tool("commit", {}, meta=meta("A"))).structured_content[
+                    "committed"
+                ] is True
+                again = await c.call_tool(
+                    "put_note", {"id": "b", "body": "x", "status": "draft"}, meta=meta("B")
+                )
                 assert not again.is_error, _text(again)
                 done = await c.call_tool("commit", {}, meta=meta("B"))
                 assert (done.structured_content or {}).get("committed") is True, _text(done)

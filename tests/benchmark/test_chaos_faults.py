@@ -31,7 +31,8 @@ def test_a_commit_refused_while_the_approval_store_is_away_is_transient_and_retr
 
 def test_a_commit_refused_by_a_rule_is_not_marked_transient() -> None:
     outcome = CommitOutcome(
-        committed=False, violations=[Violation(rule_id="notes.body_not_empty", message="A note needs a body.")]
+        committed=False,
+        violations=[Violation(rule_id="notes.body_not_empty", message="A note needs a body.")],
     )
     verdict = render_commit(outcome, "s1").structured_content
     assert verdict is not None and "error_class" not in verdict and "hint" not in verdict
