@@ -311,8 +311,10 @@ def _schemathesis(rec: TrialRecord, base: str, token: str, examples: int, work: 
         rec.problem("hangs", "hang: schemathesis did not finish within 600 s")
         return
     log.write_text(done.stdout + done.stderr, encoding="utf-8")
-    tail = done.stdout.strip().splitlines()[-3:]
-    rec.details["schemathesis"] = {"exit": done.returncode, "summary": tail}
+    lines = done.stdout.strip().splitlines()
+    tail = lines[-3:]
+    cases = [line.strip() for line in lines if " generated, " in line]
+    rec.details["schemathesis"] = {"exit": done.returncode, "test_cases": cases[-1:], "summary": tail}
     if done.returncode != 0:
         failures = done.stdout.count("Server error")
         if failures:
