@@ -234,6 +234,8 @@ class _Probe:
         self.slowest_s, self.costliest_cpu_s = max(self.slowest_s, took), max(self.costliest_cpu_s, cpu)
         self.statuses[status] = self.statuses.get(status, 0) + 1
         self.samples.setdefault(str(status), f"{what}: {answer.text[:160]}")
+        if status == 413 and "http.max_body_bytes" not in answer.text:
+            self.rec.problem(None, f"{what}: the 413 does not name the limit's key: {answer.text[:200]}")
         if status >= 500:
             self.rec.problem(
                 "http_5xx", f"5xx: {what}: {method} {path[:60]} answered {status}: {answer.text[:200]}"
