@@ -308,7 +308,10 @@ def _schemathesis(rec: TrialRecord, base: str, token: str, examples: int, work: 
     args += ["--phases", "examples,coverage,fuzzing", "--seed", "0", "--no-color"]
     log = work / "schemathesis.log"
     try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=600, check=False)  # noqa: S603
+        # cwd: schemathesis keeps a cache (.schemathesis/) in its working folder
+        done = subprocess.run(  # noqa: S603
+            args, capture_output=True, text=True, timeout=600, check=False, cwd=work
+        )
     except subprocess.TimeoutExpired:
         rec.problem("hangs", "hang: schemathesis did not finish within 600 s")
         return
