@@ -181,12 +181,15 @@ def kills(
     out: Annotated[
         Path | None, typer.Option("--out", help="Keep the report (kills.jsonl), logs and databases here.")
     ] = None,
+    kill_max_s: Annotated[
+        float, typer.Option(min=0.0, help="The kill comes at a random moment up to this many seconds in.")
+    ] = 3.0,
 ) -> None:
     """TRIALS times: SESSIONS sessions write and commit their own notes through `shadowguard serve`,
     which is killed with SIGKILL at a random moment and started again; the upstream file must hold
     every acknowledged commit, no half commit, no uncommitted row, nothing twice, and a commit under a
     killed session must be refused as changes_lost. Last line: the chaos counters. Exit 1 on any."""
-    _kills(trials, sessions, upstream, out, seed, (0.2, 3.0))
+    _kills(trials, sessions, upstream, out, seed, (min(0.2, kill_max_s), kill_max_s))
 
 
 def _one_kind(run: Callable[[Path], list[Any]], out: Path | None) -> None:

@@ -104,6 +104,12 @@ class _Run:
         return None
 
     async def session(self, i: int) -> None:
+        try:
+            await self._session(i)
+        except Exception as exc:  # the client or its connection failed: say how, for the report
+            self.rec.problem(None, f"session {i} failed: {exc!r}"[:400])
+
+    async def _session(self, i: int) -> None:
         http, c = client(self.url, self.seen, self.bound_s * 2)
         async with http, c:
             started = time.monotonic()
