@@ -111,3 +111,27 @@ def test_a_session_whose_begin_waits_on_another_sessions_lock_gets_a_retryable_e
             proxy.stop()
         notes.stop()
         chaos_db.drop(db)
+
+
+@pytest.mark.postgres
+def test_the_postgresql_checker_finds_double_writes_and_orphaned_capture_objects() -> None:
+    _pg_available()
+    db, schema = chaos_db.pg_run_url(PG_URL)
+    chaos_db.prepare(db)
+    engine = sa.create_engine(sa.make_url(db).set(drivername="postgresql+psycopg"), poolclass=sa.NullPool)
+    try:
+        assert chaos_db.read_state(db, "t1-") == (set(), {}, [])
+        with engine.begin() as conn:
+            conn.exec_driver_sql("INSERT INTO notes VALUES ('t1-a', 'x', 'draft'), ('t2-a', 'x', 'draft')")
+            conn.exec_driver_sql("UPDATE notes SET body = 'y' WHERE id = 't1-a'")
+            conn.exec_driver_sql("CREATE TABLE _sg_changes (id int)")
+            conn.exec_driver_sql(
+                "CREATE TRIGGER sg_capture AFTER INSERT ON notes FOR EACH ROW EXECUTE FUNCTION chaos_count()"
+            )
+        present, applied, orphans = chaos_db.read_state(db, "t1-")
+        assert (present, applied, sorted(orphans)) == ({"t1-a"}, {"t1-a": 2}, ["_sg_changes", "sg_capture"])
+        assert chaos_db.present_count(db, ["t1-a", "t2-a", "t3-a"]) == 2
+    finally:
+        engine.dispose()
+        chaos_db.drop(db)
+    assert schema.startswith("chaos_")
