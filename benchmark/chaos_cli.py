@@ -2,19 +2,81 @@
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 chaos_app = typer.Typer(
-    help="Reliability trials of `shadowguard serve` on 127.0.0.1: load, hostile input.", no_args_is_help=True
+    help="Reliability trials of `shadowguard serve` on 127.0.0.1. With no subcommand: every trial kind "
+    "(kill -9 of the proxy and of the upstream, the approval store going away, concurrent sessions, "
+    "hostile input), one summary line. Subcommands run one kind."
 )
 
 OutOpt = Annotated[
     Path | None, typer.Option("--out", help="Keep the servers' logs and databases in this folder.")
 ]
+
+
+@chaos_app.callback(invoke_without_command=True)
+def suite(
+    ctx: typer.Context,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="The small suite (under 3 minutes; the default tests run it).")
+    ] = False,
+    upstream: Annotated[
+        str, typer.Option(help="The kill trials' upstream database: sqlite or postgresql.")
+    ] = "sqlite",
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Keep the report (report.json, report.md), logs and databases here."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of kill moments, jitter and generated input.")] = 0,
+    pg_url: Annotated[
+        str,
+        typer.Option(
+            help="PostgreSQL for the postgresql upstream and approval store (a schema or tables of its own)."
+        ),
+    ] = "postgresql://127.0.0.1:5432/test",
+) -> None:
+    """Every trial kind; the last line is `chaos: partial-commits P lost-commits L leaks K double-writes D
+    5xx E hangs H (N trials)`. Exit 1 when a counter is above 0 or a trial found another problem."""
+    if ctx.invoked_subcommand is not None:
+        return
+    import tempfile
+
+    from benchmark.chaos_stack import TrialRecord
+    from benchmark.chaos_suite import run_suite
+
+    def progress(record: TrialRecord) -> None:
+        figures = {
+            k: v for k, v in record.details.items() if isinstance(v, int | float) and not isinstance(v, bool)
+        }
+        typer.echo(
+            f"{record.kind} {record.trial}: {record.counters.total()} counted, "
+            f"{len(record.problems)} problem(s), {record.wall_s:.0f} s {figures if figures else ''}".rstrip()
+        )
+        for problem in record.problems:
+            typer.echo(f"  {problem[:400]}")
+
+    with tempfile.TemporaryDirectory(prefix="shadowguard-chaos-") as tmp:
+        folder = out or Path(tmp)
+        try:
+            result = run_suite(
+                quick=quick, out=folder, upstream=upstream, seed=seed, pg_url=pg_url, progress=progress
+            )
+        except Exception as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from exc
+        if out:
+            typer.echo(f"report: {folder / 'report.md'}, {folder / 'report.json'}")
+        typer.echo(f"wall: {result.wall_s:.0f} s")
+        typer.echo(result.line())
+        if result.failed():
+            raise typer.Exit(1)
 
 
 @chaos_app.command("load")
@@ -78,7 +140,8 @@ def _kills(
         typer.echo(
             f"trial {trial.trial}: kill after {trial.kill_after_s:.2f} s, rounds committed "
             f"{trial.rounds_committed}, open at kill {trial.rounds_open_at_kill}, refused as lost "
-            f"{trial.refused_as_lost}, problems {len(trial.problems)}, {trial.wall_s:.1f} s"
+            f"{trial.refused_as_lost}, interrupted mid-commit {trial.interrupted}, "
+            f"problems {len(trial.problems)}, {trial.wall_s:.1f} s"
         )
         for problem in trial.problems:
             typer.echo(f"  {problem}")
@@ -106,7 +169,7 @@ def _kills(
             raise typer.Exit(1)
 
 
-Upstream = Annotated[str, typer.Option(help="The upstream's database: sqlite (postgresql: not built).")]
+Upstream = Annotated[str, typer.Option(help="The upstream's database: sqlite or postgresql.")]
 Seed = Annotated[int, typer.Option(help="Seed of the kill moments.")]
 
 
@@ -119,25 +182,85 @@ def kills(
     out: Annotated[
         Path | None, typer.Option("--out", help="Keep the report (kills.jsonl), logs and databases here.")
     ] = None,
+    kill_max_s: Annotated[
+        float, typer.Option(min=0.0, help="The kill comes at a random moment up to this many seconds in.")
+    ] = 3.0,
 ) -> None:
     """TRIALS times: SESSIONS sessions write and commit their own notes through `shadowguard serve`,
     which is killed with SIGKILL at a random moment and started again; the upstream file must hold
     every acknowledged commit, no half commit, no uncommitted row, nothing twice, and a commit under a
     killed session must be refused as changes_lost. Last line: the chaos counters. Exit 1 on any."""
-    _kills(trials, sessions, upstream, out, seed, (0.2, 3.0))
+    _kills(trials, sessions, upstream, out, seed, (min(0.2, kill_max_s), kill_max_s))
 
 
-@chaos_app.command("quick")
-def quick(
-    upstream: Upstream = "sqlite",
-    seed: Seed = 0,
-    out: Annotated[
-        Path | None, typer.Option("--out", help="Keep the report, logs and databases here.")
-    ] = None,
+def _one_kind(run: Callable[[Path], list[Any]], out: Path | None) -> None:
+    """Run one trial kind in ``out`` (or a temporary folder), print each trial and the chaos line."""
+    import tempfile
+
+    from benchmark.chaos_kills import Counters
+
+    with tempfile.TemporaryDirectory(prefix="shadowguard-chaos-") as tmp:
+        try:
+            records = run(out or Path(tmp))
+        except Exception as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from exc
+    total = Counters()
+    for record in records:
+        total.add(record.counters)
+        typer.echo(json.dumps(record.record(), ensure_ascii=False))
+    typer.echo(total.line(len(records)))
+    if total.total() or any(r.problems for r in records):
+        raise typer.Exit(1)
+
+
+@chaos_app.command("upstream-kill")
+def upstream_kill(
+    trials: Annotated[int, typer.Option(min=1, help="Trials.")] = 1, out: OutOpt = None
 ) -> None:
-    """The small version of `kills`: 3 trials of 4 sessions, the kill within 1.5 s (about 40 s on
-    a loaded 2-core machine; tests/benchmark/test_chaos.py runs 2 trials of 3)."""
-    _kills(3, 4, upstream, out, seed, (0.2, 1.5))
+    """Kill -9 of the upstream mid-session: the agent gets a clear error, nothing is committed."""
+    from benchmark.chaos_faults import run_upstream_kill
+
+    _one_kind(lambda d: [run_upstream_kill(n, d / f"upstream-kill-{n}") for n in range(trials)], out)
+
+
+@chaos_app.command("approval-store")
+def approval_store(
+    store: Annotated[
+        str, typer.Option(help="redis (its own server) or postgresql (through a relay).")
+    ] = "redis",
+    pg_url: Annotated[
+        str, typer.Option(help="PostgreSQL of the postgresql store.")
+    ] = "postgresql://127.0.0.1:5432/test",
+    out: OutOpt = None,
+) -> None:
+    """The approval store going away and coming back; an expired approval never runs."""
+    from benchmark.chaos_faults import run_store_outage
+
+    _one_kind(lambda d: [run_store_outage(0, d / f"store-{store}", store, pg_url=pg_url)], out)
+
+
+@chaos_app.command("isolation")
+def isolation(
+    sessions: Annotated[int, typer.Option(min=2, help="Concurrent sessions.")] = 200, out: OutOpt = None
+) -> None:
+    """SESSIONS sessions write, read each other's rows and commit: no uncommitted row seen, none blocked
+    beyond the bound; throughput and p99 in the record."""
+    from benchmark.chaos_isolation import run_isolation
+
+    _one_kind(lambda d: [run_isolation(0, sessions, d / "isolation")], out)
+
+
+@chaos_app.command("hostile")
+def hostile(
+    examples: Annotated[int, typer.Option(min=1, help="hypothesis-generated MCP messages.")] = 1000,
+    api_examples: Annotated[int, typer.Option(min=1, help="schemathesis examples per API operation.")] = 30,
+    out: OutOpt = None,
+) -> None:
+    """Hostile input on /mcp and the REST APIs (hand-written, hypothesis, schemathesis)."""
+    from benchmark.chaos_hostile import run_hostile
+
+    _one_kind(lambda d: [run_hostile(0, d / "hostile", examples=examples, api_examples=api_examples)], out)
 
 
 def register(bench_app: typer.Typer) -> None:

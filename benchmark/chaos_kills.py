@@ -28,8 +28,9 @@ Counted, per trial and in all (:class:`Counters`):
 * **hangs**: a step (a call, the restart, a process exit) that did not end within its bound.
 
 Orphaned capture objects (``guard/sql_backend.py``: ``sg_*`` triggers, the ``_sg_changes`` table)
-left in the upstream file are counted as partial commits of the trial: they would capture a later
-writer's changes. The notes fixture is SQLite only, so there is no PostgreSQL upstream here yet.
+left in the upstream are counted as partial commits of the trial: they would capture a later
+writer's changes. The upstream is a SQLite file or, with ``upstream="postgresql"``, a schema of the
+run's own in PostgreSQL (:mod:`benchmark.chaos_db`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ import json
 import os
 import random
 import signal
-import sqlite3
 import sys
 import time
 from collections.abc import Callable
@@ -54,6 +54,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from benchmark import chaos_db
 from benchmark.perf_proxy import NOTES_POLICY, NOTES_SERVER, SERVE_ANNOUNCE, ProxyBenchError, _Server
 
 MODERN = "2026-07-28"
@@ -66,8 +67,8 @@ KILL_WINDOW_S = (0.2, 3.0)
 """The kill comes at a seeded random moment in this range (seconds) after every session made its
 first call and the sessions start writing."""
 RETRY_PAUSE_S = (0.05, 0.3)
-WRITES_TABLE = "chaos_writes"
 LOST_RULE = "changes_lost"
+INTERRUPTED_RULE = "commit_interrupted"
 
 
 class KillTrialError(RuntimeError):
@@ -137,6 +138,10 @@ class TrialResult:
     committed_before_kill: int = 0
     """Commits after the restart answered ``committed: true`` with the session's rows there: its
     commit landed before the kill, the client did not see the answer."""
+    interrupted: int = 0
+    """Commits after the restart answered ``commit_interrupted`` (the kill came mid-commit): the
+    record's per-upstream state must agree with the rows (``applied`` present, ``not_applied`` absent;
+    ``unknown`` either, the database check catches a half)."""
     counters: Counters = field(default_factory=Counters)
     problems: list[str] = field(default_factory=list)
     wall_s: float = 0.0
@@ -158,27 +163,11 @@ def _retryable(result: types.CallToolResult) -> bool:
     return bool(hint.get("retryable"))
 
 
-def check_database(db: Path, logs: list[SessionLog], counters: Counters, problems: list[str]) -> int:
-    """Compare the upstream file with what the clients saw (module docstring); add to ``counters`` and
-    say why in ``problems``. Returns the number of rounds found committed."""
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30.0)
-    try:
-        prefix = f"t{logs[0].trial}-" if logs else "t-"
-        present = {r[0] for r in conn.execute("SELECT id FROM notes WHERE id LIKE ?", (prefix + "%",))}
-        applied = dict(
-            conn.execute(
-                f"SELECT id, count(*) FROM {WRITES_TABLE} WHERE id LIKE ? GROUP BY id",  # noqa: S608
-                (prefix + "%",),
-            ).fetchall()
-        )
-        orphans = [
-            r[0]
-            for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE name LIKE 'sg\\_%' ESCAPE '\\' OR name = '_sg_changes'"
-            )
-        ]
-    finally:
-        conn.close()
+def check_database(db: Path | str, logs: list[SessionLog], counters: Counters, problems: list[str]) -> int:
+    """Compare the upstream database with what the clients saw (module docstring); add to ``counters``
+    and say why in ``problems``. Returns the number of rounds found committed."""
+    prefix = f"t{logs[0].trial}-" if logs else "t-"
+    present, applied, orphans = chaos_db.read_state(str(db), prefix)
     committed = 0
     for log in logs:
         for round_no, state in enumerate(log.rounds):
@@ -204,23 +193,9 @@ def check_database(db: Path, logs: list[SessionLog], counters: Counters, problem
     return committed
 
 
-def prepare_database(db: Path) -> None:
+def prepare_database(db: Path | str) -> None:
     """Create the notes table (the fixture's schema) and the write-counting trigger table."""
-    conn = sqlite3.connect(str(db))
-    try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.executescript(
-            "CREATE TABLE IF NOT EXISTS notes (id VARCHAR NOT NULL PRIMARY KEY, body VARCHAR NOT NULL, "
-            "status VARCHAR NOT NULL);"
-            "CREATE TABLE IF NOT EXISTS chaos_writes (id TEXT NOT NULL, op TEXT NOT NULL);"
-            "CREATE TRIGGER IF NOT EXISTS chaos_count_insert AFTER INSERT ON notes BEGIN "
-            "INSERT INTO chaos_writes (id, op) VALUES (NEW.id, 'insert'); END;"
-            "CREATE TRIGGER IF NOT EXISTS chaos_count_update AFTER UPDATE ON notes BEGIN "
-            "INSERT INTO chaos_writes (id, op) VALUES (NEW.id, 'update'); END;"
-        )
-        conn.commit()
-    finally:
-        conn.close()
+    chaos_db.prepare(str(db))
 
 
 def _children(pid: int) -> list[int]:
@@ -242,9 +217,9 @@ def _alive(pid: int) -> bool:
 class _Proxy:
     """``shadowguard serve`` on the trial files; killed with SIGKILL and started again."""
 
-    def __init__(self, work: Path, shadowguard: str | None) -> None:
+    def __init__(self, work: Path, shadowguard: str | None, db: str) -> None:
         self.work = work
-        self.db = work / "notes.sqlite"
+        self.db = db
         self.executable = shadowguard or str(Path(sys.executable).parent / "shadowguard")
         self.config = work / "proxy.yaml"
         self.server: _Server | None = None
@@ -255,7 +230,7 @@ class _Proxy:
                     "name": "notes",
                     "transport": "stdio",
                     "command": sys.executable,
-                    "args": [str(NOTES_SERVER), "--db", str(self.db), "--transactional"],
+                    "args": [str(NOTES_SERVER), "--db", self.db, "--transactional"],
                     "policy": str(NOTES_POLICY),
                     "writers": 1,
                 }
@@ -415,7 +390,7 @@ class _Trial:
                 self.problems.append(f"hang: the upstream did not exit within {EXIT_TIMEOUT_S:.0f} s")
             tg.cancel_scope.deadline = anyio.current_time() + STEP_TIMEOUT_S
 
-    async def commit_lost(self, url: str, db: Path, result: TrialResult) -> None:
+    async def commit_lost(self, url: str, db: str, result: TrialResult) -> None:
         """After the restart: a commit under each session with an acknowledged, uncommitted write."""
         http, client = _client(url, self.seen_5xx)
         async with http, client:
@@ -430,7 +405,10 @@ class _Trial:
                 verdict = answer.structured_content or {}
                 rules = [v.get("rule_id") for v in verdict.get("violations") or []]
                 present = _present(db, [log.note(log.open_round(), p) for p in ("a", "b")])
-                if answer.is_error and LOST_RULE in rules:
+                if answer.is_error and INTERRUPTED_RULE in rules:
+                    result.interrupted += 1
+                    self._check_record(log, verdict, present)
+                elif answer.is_error and LOST_RULE in rules:
                     result.refused_as_lost += 1
                     if present:
                         result.lost_but_present += 1
@@ -447,14 +425,24 @@ class _Trial:
                         f"session {log.index}: commit after the restart answered {_text(answer)[:200]}"
                     )
 
+    def _check_record(self, log: SessionLog, verdict: dict[str, Any], present: int) -> None:
+        """A ``commit_interrupted`` answer names each upstream applied / unknown / not_applied: it
+        must not contradict the rows the upstream holds (docs/adr/011)."""
+        upstreams = verdict.get("upstreams") or {}
+        states = set(upstreams.values())
+        if "applied" in states and present != 2:
+            self.counters.lost_commits += 1
+            self.problems.append(
+                f"lost commit: session {log.index}'s commit record says applied over rows that are gone"
+            )
+        if states == {"not_applied"} and present:
+            self.problems.append(
+                f"session {log.index}: commit record says not applied but {present} rows are present"
+            )
 
-def _present(db: Path, notes: list[str]) -> int:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30.0)
-    try:
-        marks = ",".join("?" * len(notes))
-        return int(conn.execute(f"SELECT count(*) FROM notes WHERE id IN ({marks})", notes).fetchone()[0])  # noqa: S608
-    finally:
-        conn.close()
+
+def _present(db: str, notes: list[str]) -> int:
+    return chaos_db.present_count(db, notes)
 
 
 @dataclass
@@ -481,21 +469,25 @@ def run_kills(
     shadowguard: str | None = None,
     progress: Callable[[TrialResult], None] | None = None,
     kill_window_s: tuple[float, float] = KILL_WINDOW_S,
+    pg_url: str = "postgresql://127.0.0.1:5432/test",
 ) -> KillsResult:
     """``trials`` kill -9 trials of ``sessions`` sessions each (module docstring), the kill at a
     seeded random moment in ``kill_window_s``; every trial is a JSON line in ``out/kills.jsonl``.
-    Raises :class:`KillTrialError` when the trials cannot run."""
+    ``upstream``: ``sqlite`` (a file in ``out``) or ``postgresql`` (a schema of the run's own in the
+    database at ``pg_url``, dropped at the end). Raises :class:`KillTrialError` when the trials cannot run."""
     if trials < 1 or sessions < 1:
         raise KillTrialError("trials and sessions must be at least 1")
     if not 0 <= kill_window_s[0] <= kill_window_s[1]:
         raise KillTrialError(f"the kill window {kill_window_s} is not an interval of seconds")
-    if upstream != "sqlite":
-        raise KillTrialError(
-            f"upstream {upstream!r} is not built: the notes fixture keeps its notes in SQLite only"
-        )
+    if upstream not in ("sqlite", "postgresql"):
+        raise KillTrialError(f"unknown upstream {upstream!r}: use sqlite or postgresql")
     out.mkdir(parents=True, exist_ok=True)
-    proxy = _Proxy(out, shadowguard)
-    prepare_database(proxy.db)
+    db = chaos_db.pg_run_url(pg_url)[0] if upstream == "postgresql" else str(out / "notes.sqlite")
+    try:
+        prepare_database(db)
+    except Exception as exc:
+        raise KillTrialError(f"cannot prepare the {upstream} upstream: {exc}") from exc
+    proxy = _Proxy(out, shadowguard, db)
     rng = random.Random(seed)  # noqa: S311 - kill moments and retry jitter, not secrets
     total = Counters()
     results: list[TrialResult] = []
@@ -516,6 +508,7 @@ def run_kills(
         raise KillTrialError(str(exc)) from exc
     finally:
         proxy.stop()
+        chaos_db.drop(db)
     return KillsResult(results, total, time.perf_counter() - started)
 
 

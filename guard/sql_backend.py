@@ -149,16 +149,26 @@ class SqlBackend:
     def begin(self) -> None:
         if self._session is not None:
             raise BackendError("session already begun")
+        opened = None
         if not self.connection.in_transaction():
-            self._outer = self.connection.begin()
-        if self.lock_timeout_s is not None:
-            millis = round(self.lock_timeout_s * 1000)
-            if self.dialect == "sqlite":
-                self.connection.exec_driver_sql(f"PRAGMA busy_timeout = {millis}")
-            elif self.dialect == "postgresql":
-                self.connection.exec_driver_sql(f"SET LOCAL lock_timeout = {millis}")
-        self._install()
-        self._session = self.connection.begin_nested()
+            opened = self._outer = self.connection.begin()
+        try:
+            if self.lock_timeout_s is not None:
+                millis = round(self.lock_timeout_s * 1000)
+                if self.dialect == "sqlite":
+                    self.connection.exec_driver_sql(f"PRAGMA busy_timeout = {millis}")
+                elif self.dialect == "postgresql":
+                    self.connection.exec_driver_sql(f"SET LOCAL lock_timeout = {millis}")
+            self._install()
+            self._session = self.connection.begin_nested()
+        except BaseException:
+            # A failed statement (e.g. a lock wait past lock_timeout while installing the capture
+            # triggers) aborts a PostgreSQL transaction: end the one begun here, so the next begin
+            # starts clean instead of failing with "current transaction is aborted" (issue 15).
+            if opened is not None:
+                opened.rollback()
+                self._outer = None
+            raise
         self._begin_mark = self._mark()
 
     def _require(self) -> None:

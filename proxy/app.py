@@ -46,6 +46,7 @@ from proxy.approvals.auth import AgentAuth, SessionsCaller, api_sessions_caller
 from proxy.approvals.review import review_router
 from proxy.approvals.webhook import WebhookNotifier
 from proxy.audit import AuditLog
+from proxy.bodylimit import BodyLimit
 from proxy.commits import entry_outcome
 from proxy.config import ConfigError, ProxyConfig
 from proxy.health import health_router
@@ -415,6 +416,7 @@ def create_app(
     )
     app.state.proxy = proxy
     app.state.config = config
+    app.add_middleware(BodyLimit, limit=config.http.max_body_bytes)
     audit_from = recorder if recorder is not None else proxy.sessions.observer
     app.state.audit = audit_from.audit if isinstance(audit_from, Recorder) else None
     app.include_router(health_router(proxy.readiness))

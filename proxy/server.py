@@ -336,6 +336,9 @@ def render_outcome(
 
 
 _GONE_RULES = frozenset({"changes_lost", "session_rolled_back", "commit_failed", "partial_commit"})
+_TRANSIENT_COMMIT_RULES = frozenset({"approvals_unavailable"})
+"""Commit refusals that say nothing about the changes, only that a part the commit needs is away:
+the same commit may pass later (issue 15: the approval store going away)."""
 """Refusals after which the refused changes are not pending any more (they were rolled back)."""
 
 
@@ -388,6 +391,22 @@ def render_commit(outcome: CommitOutcome, session_id: str | None) -> types.CallT
                 *(_violation_text(v) for v in outcome.violations),
             ]
         )
+    elif outcome.violations and all(v.rule_id in _TRANSIENT_COMMIT_RULES for v in outcome.violations):
+        step = "Nothing changed; call commit again later (or roll back)."
+        text = "\n".join(
+            [
+                "Commit refused for now: nothing was committed; the session's changes are still pending. "
+                "A part the commit needs is unavailable (see below): call commit again later.",
+                *(_violation_text(v) for v in outcome.violations),
+            ]
+        )
+        structured["error_class"] = ErrorClass.TRANSIENT.value
+        structured["hint"] = ErrorHint(
+            error_class=ErrorClass.TRANSIENT.value,
+            message=outcome.violations[0].message,
+            next_step=step,
+            retryable=True,
+        ).model_dump(mode="json", exclude_none=True)
     elif any(v.rule_id in _GONE_RULES for v in outcome.violations):
         text = "\n".join(
             [

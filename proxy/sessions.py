@@ -56,6 +56,7 @@ from guard.approvals.gate import ApprovalGate
 from guard.approvals.models import ApprovalState, ApprovalStoreError
 from guard.backend import BackendError, NotReversibleError
 from guard.checks import CheckContext, run_checks
+from guard.classify import BUILTIN_RULES
 from guard.effects import ToolInfo, classify
 from guard.errors import ErrorClass, LockContention
 from guard.journal import JournalBackend
@@ -180,6 +181,10 @@ class _Leg:
     upstream_session: str
     guard: GuardSession | None = None
     remote: RemoteBackend | None = None
+
+
+_LOCK_WAIT = next(rule.pattern for rule in BUILTIN_RULES if rule.id == "lock_contention")
+"""What an upstream's lock-wait failure says (the classifier's own rule)."""
 
 
 def _is_gone(exc: BaseException) -> bool:
@@ -411,6 +416,28 @@ class ProxySession:
                 if leg is not None and leg.upstream.writers is not None:
                     leg.upstream.writers.release()
 
+    def _lock_at_begin(
+        self, leg: _Leg, tool: str, arguments: Mapping[str, Any], exc: BaseException
+    ) -> ToolOutcome:
+        """The leg's transaction could not begin: the upstream gave up waiting for a lock another
+        session holds (on PostgreSQL, the capture triggers' DDL). Nothing was begun or kept, so this
+        is a retryable conflict for this call only, not a loss of the session (issue 15)."""
+        leg.remote = None
+        failure = LockContention(
+            f"the upstream {leg.upstream.name!r} could not begin this session's transaction: {exc}",
+            tool=tool,
+            rule="lock_contention",
+            source="upstream",
+        )
+        return ToolOutcome(
+            call=self._tool_call(tool, arguments),
+            effect=self._effect(leg.upstream, tool, arguments),
+            verdict=Verdict.FAILED,
+            error_class=failure.error_class.value,
+            result=failure.message,
+            hint=failure.hint(),
+        )
+
     def _no_writer_slot(self, upstream: Upstream, tool: str, arguments: Mapping[str, Any]) -> ToolOutcome:
         failure = LockContention(
             f"every writer slot of the upstream {upstream.name!r} stayed "
@@ -445,7 +472,14 @@ class ProxySession:
     ) -> CallResult:
         try:
             self._look_up_loss()
-            guard = leg.guard if leg.guard is not None else self._begin(leg)
+            guard = leg.guard
+            if guard is None:
+                try:
+                    guard = self._begin(leg)
+                except (BackendError, UpstreamError, MCPError) as exc:
+                    if _is_gone(exc) or not _LOCK_WAIT.search(str(exc)):
+                        raise
+                    return CallResult(self._lock_at_begin(leg, tool, arguments, exc))
             outcome, answer = guard.run(tool, arguments, approval_id=approval_id)
             if guard.kept and not self._recorded and self.ledger is not None:
                 self.ledger.opened(self.id, self.principal)

@@ -1,5 +1,6 @@
-"""``shadowguard bench chaos kills``: the checker finds what it counts, and a small run of real kill -9
-trials (``shadowguard serve`` over a file-backed SQLite upstream) ends with every counter at 0."""
+"""``shadowguard bench chaos``: the kill trials' checker finds what it counts, and the quick suite (real
+kill -9 trials of ``shadowguard serve`` over a file-backed SQLite upstream and every other trial kind)
+ends with every counter at 0."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from benchmark.chaos_kills import (
     prepare_database,
     run_kills,
 )
+from benchmark.chaos_suite import run_suite
 
 
 def _database(tmp_path: Path, notes: list[str]) -> Path:
@@ -83,22 +85,36 @@ def test_the_checker_finds_half_commits_leaks_double_writes_and_orphans(tmp_path
 def test_parameters_out_of_range_are_refused_before_anything_starts(tmp_path: Path) -> None:
     with pytest.raises(KillTrialError, match="at least 1"):
         run_kills(0, 3, out=tmp_path)
-    with pytest.raises(KillTrialError, match="SQLite only"):
-        run_kills(1, 3, out=tmp_path, upstream="postgresql")
+    with pytest.raises(KillTrialError, match="unknown upstream"):
+        run_kills(1, 3, out=tmp_path, upstream="mysql")
     with pytest.raises(KillTrialError, match="kill window"):
         run_kills(1, 3, out=tmp_path, kill_window_s=(2.0, 1.0))
     assert list(tmp_path.iterdir()) == []
 
 
-def test_kill_9_trials_lose_leak_and_double_nothing(tmp_path: Path) -> None:
-    result = run_kills(2, 3, out=tmp_path, seed=1, kill_window_s=(0.3, 1.0))
-    assert (
-        result.line()
-        == "chaos: partial-commits 0 lost-commits 0 leaks 0 double-writes 0 5xx 0 hangs 0 (2 trials)"
+def test_the_quick_suite_counts_nothing_over_every_trial_kind(tmp_path: Path) -> None:
+    """``shadowguard bench chaos --quick``: kill -9 of the proxy (real SIGKILL, restart), kill -9 of the
+    upstream, the approval store (its own Redis) going away, concurrent sessions, hostile input. The
+    counters, not the timings, are asserted."""
+    result = run_suite(quick=True, out=tmp_path)
+    assert result.line() == (
+        "chaos: partial-commits 0 lost-commits 0 leaks 0 double-writes 0 5xx 0 hangs 0 (6 trials)"
     )
-    assert [t.problems for t in result.trials] == [[], []]
-    for trial in result.trials:
-        assert trial.rounds_open_at_kill == trial.refused_as_lost + trial.committed_before_kill, trial
-    report = [json.loads(line) for line in (tmp_path / "kills.jsonl").read_text().splitlines()]
-    assert [r["trial"] for r in report] == [0, 1]
-    assert sum(t.rounds_committed for t in result.trials) == sum(r["rounds_committed"] for r in report)
+    assert {r.kind: r.problems for r in result.records} == {
+        "kill-proxy-sqlite": [],
+        "upstream-kill": [],
+        "approval-store-redis": [],
+        "isolation": [],
+        "hostile-input": [],
+    }
+    kills = [r for r in result.records if r.kind == "kill-proxy-sqlite"]
+    assert [r.trial for r in kills] == [0, 1]
+    for trial in kills:
+        details = trial.details
+        assert details["rounds_open_at_kill"] == details["refused_as_lost"] + details["committed_before_kill"]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["summary"] == result.line()
+    assert [t["kind"] for t in report["trials"]] == [r.kind for r in result.records]
+    assert result.line() in (tmp_path / "report.md").read_text()
+    kill_lines = (tmp_path / "kills-sqlite" / "kills.jsonl").read_text().splitlines()
+    assert [json.loads(line)["trial"] for line in kill_lines] == [0, 1]
