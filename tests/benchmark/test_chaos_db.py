@@ -18,12 +18,12 @@ from benchmark import chaos_db
 from benchmark.chaos_stack import NotesHttp, client, meta, notes_rows, start_proxy, write_config
 from benchmark.perf_proxy import NOTES_POLICY
 from guard.sql_backend import SqlBackend
-from tests.conftest import PG_URL, _pg_available
+from tests.support.services import PG_URL, require_postgres
 
 
 @pytest.fixture
 def pg_schema() -> Iterator[sa.Engine]:
-    _pg_available()
+    require_postgres()
     schema = f"chaos_t_{uuid.uuid4().hex[:10]}"
     url = sa.make_url(PG_URL).set(drivername="postgresql+psycopg")
     engine = sa.create_engine(url, poolclass=sa.NullPool, connect_args={"options": f"-csearch_path={schema}"})
@@ -66,7 +66,7 @@ def test_a_session_whose_begin_waits_on_another_sessions_lock_gets_a_retryable_e
     shadow transaction, session B's first call cannot begin its own (A's capture DDL holds the table
     lock). B must get a retryable lock-contention error, its session not poisoned; once A commits, B's
     same call and commit go through."""
-    _pg_available()
+    require_postgres()
     db, _ = chaos_db.pg_run_url(PG_URL)
     chaos_db.prepare(db)
     notes = NotesHttp(tmp_path, db)
@@ -115,7 +115,7 @@ def test_a_session_whose_begin_waits_on_another_sessions_lock_gets_a_retryable_e
 
 @pytest.mark.postgres
 def test_the_postgresql_checker_finds_double_writes_and_orphaned_capture_objects() -> None:
-    _pg_available()
+    require_postgres()
     db, schema = chaos_db.pg_run_url(PG_URL)
     chaos_db.prepare(db)
     engine = sa.create_engine(sa.make_url(db).set(drivername="postgresql+psycopg"), poolclass=sa.NullPool)
