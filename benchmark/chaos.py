@@ -37,8 +37,8 @@ import mcp.types as types
 import yaml
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
+from benchmark.mcphttp import mcp_http_client
 from benchmark.perf_proxy import NOTES_POLICY, NOTES_SERVER, SERVE_ANNOUNCE, ProxyBenchError, _p99, _Server
 
 MODERN = "2026-07-28"
@@ -186,7 +186,7 @@ async def _session_writes(
     meta = cast(types.RequestParamsMeta, {SESSION_META_KEY: f"load-{index}-{os.getpid()}"})
     note = f"load-{index}"
     async with (
-        create_mcp_http_client() as http,
+        mcp_http_client() as http,
         Client(
             streamable_http_client(url, http_client=http),
             mode=MODERN,

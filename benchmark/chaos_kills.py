@@ -52,9 +52,9 @@ import mcp.types as types
 import yaml
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from benchmark import chaos_db
+from benchmark.mcphttp import mcp_http_client
 from benchmark.perf_proxy import NOTES_POLICY, NOTES_SERVER, SERVE_ANNOUNCE, ProxyBenchError, _Server
 
 MODERN = "2026-07-28"
@@ -276,7 +276,7 @@ class _Proxy:
 
 
 def _client(url: str, seen_5xx: list[int]) -> tuple[httpx2.AsyncClient, Client]:
-    http = create_mcp_http_client()
+    http = mcp_http_client()
 
     async def on_response(response: httpx2.Response) -> None:
         if response.status_code >= 500:

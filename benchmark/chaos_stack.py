@@ -24,9 +24,9 @@ import sqlalchemy as sa
 import yaml
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from benchmark.chaos_kills import Counters
+from benchmark.mcphttp import mcp_http_client
 from benchmark.perf_proxy import NOTES_SERVER, SERVE_ANNOUNCE, _Server
 
 MODERN = "2026-07-28"
@@ -72,7 +72,7 @@ def client(
     url: str, seen_5xx: list[int], timeout_s: float = STEP_TIMEOUT_S
 ) -> tuple[httpx2.AsyncClient, Client]:
     """An MCP client (2026 era) whose HTTP answers of status 500 or more are noted in ``seen_5xx``."""
-    http = create_mcp_http_client()
+    http = mcp_http_client()
 
     async def on_response(response: httpx2.Response) -> None:
         if response.status_code >= 500:

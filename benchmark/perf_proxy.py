@@ -24,8 +24,8 @@ import mcp.types as types
 import yaml
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
+from benchmark.mcphttp import mcp_http_client
 from benchmark.perf_peers import (
     _RUNNER_PRELUDE,
     LEGACY,
@@ -233,7 +233,7 @@ async def _client_run(
     )
     times: list[float] = []
     failed = 0
-    async with create_mcp_http_client(headers=dict(target.headers)) as http:
+    async with mcp_http_client(headers=dict(target.headers)) as http:
         transport = streamable_http_client(target.url, http_client=http)
         async with Client(
             transport, mode=cast(Any, target.mode), cache=None, read_timeout_seconds=CALL_TIMEOUT_S

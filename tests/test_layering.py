@@ -20,12 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("guard", "proxy", "benchmark")
 MOUNT = ("proxy/cli.py", "_mount_benchmark")
-KNOWN_PRIVATE = {
-    # the MCP SDK's HTTP client factory (timeouts, redirects as the SDK's own client uses them)
-    ("benchmark/perf.py", "mcp.shared._httpx_utils"),
-    ("benchmark/chaos.py", "mcp.shared._httpx_utils"),
-    ("benchmark/chaos_kills.py", "mcp.shared._httpx_utils"),
-}
+KNOWN_PRIVATE: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)

@@ -23,3 +23,5 @@ Reuse outside a campaign (e.g. an OpenEnv server)::
     text = user.reply(task, messages, meter)                      # messages: results.Message list
     grade = judge.grade(task, final_text, meter)                  # grade.passed, grade.answers
 """
+
+__all__: list[str] = []  # the public names live in the submodules listed above

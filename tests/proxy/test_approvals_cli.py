@@ -72,7 +72,9 @@ def test_show_prints_the_row_diff_and_history(setup: Any) -> None:
     )
     assert "insert refunds R-1" in out and "+ amount: 250.0" in out
     assert 'policy     policy.md#refunds: "Refunds over $100 need a manager."' in out
-    assert "check      pass refund-max: within the order total" in out
+    assert "check      pass refund-max\n" in out and "within the order total" not in out, (
+        "a passing check is named without its message (the violation text it would show on failure)"
+    )
     assert "requested by agent-1" in out
     as_json = json.loads(run(setup, "show", approval_id, "--json").stdout)
     assert as_json["id"] == approval_id and [e["action"] for e in as_json["history"]] == ["requested"]
