@@ -269,3 +269,33 @@ def proxy_worker(tmp_path_factory: pytest.TempPathFactory, stub: Stub) -> Any:
     worker = Worker(config)
     yield worker
     worker.close()
+
+
+def test_every_arm_runs_the_llm_loop_in_process(tmp_path: Path, stub: Stub) -> None:
+    """All arms, one task per domain, correct-on-hint: each arm gives a graded row per task (no system
+    error); an arm whose refusal carries the guard's hint for the stub's fault (validation, guard) passes
+    every task, and off passes fewer."""
+    from benchmark.campaign.arms import ARMS
+
+    out = tmp_path / "llm.jsonl"
+    config = stub.config(tmp_path / "llm.yaml", endpoint=_endpoint(stub))
+    names = [name for name in ARMS if not ARMS[name].oracle]
+    result = run_campaign(
+        "--llm-config",
+        str(config),
+        "--arms",
+        ",".join(names),
+        "--out",
+        str(out),
+        "--tasks",
+        _tasks_file(tmp_path, SAMPLE),
+    )
+    assert result.exit_code == 0, result.output
+    arms = _by_arm(rows_of(out))
+    assert sorted(arms) == sorted(names)
+    for name, rows in arms.items():
+        assert len(rows) == len(SAMPLE), name
+        assert not any(r.is_system_error for r in rows), name
+    score = {name: sum(passed(r) for r in rows) for name, rows in arms.items()}
+    assert score["guard"] == score["validation"] == len(SAMPLE), score
+    assert score["off"] < score["guard"], score
