@@ -34,6 +34,7 @@ from mcp.shared.dispatcher import ProgressFnT
 
 from guard.backend import BackendError
 from guard.effects import ToolInfo, detected_sql_argument
+from guard.keepalive import CLIENT_KEEPALIVE_EXPIRY_S
 from guard.policy import EMPTY, PolicyError, PolicyPack, load_policy
 from guard.session import RESERVED_PREFIX
 from guard.txext import advertises
@@ -47,6 +48,15 @@ CALL_TIMEOUT_S = 120.0
 HTTP_TIMEOUT_S = 30.0
 HTTP_READ_TIMEOUT_S = 300.0
 """The SDK's own HTTP timeouts (connect, write, pool; read, for streams held open)."""
+
+
+def upstream_http_limits() -> httpx2.Limits:
+    """The pool for HTTP upstreams: idle connections let go before any server closes them
+    (``guard.keepalive``), so no request is sent on a connection the upstream is closing."""
+    return httpx2.Limits(
+        max_connections=100, max_keepalive_connections=20, keepalive_expiry=CLIENT_KEEPALIVE_EXPIRY_S
+    )
+
 
 RESERVED_META_PREFIXES = ("io.modelcontextprotocol/", "shadowguard/")
 """``_meta`` keys the proxy never relays: the SDK's per-request envelope (it re-stamps its own, and an
@@ -444,7 +454,10 @@ class Upstream:
         self._task_group = task_group
         forced = _transactional_setting(self.spec.transactional)
         if isinstance(self._target, str) and self._http is None:
-            self._http = httpx2.AsyncClient(timeout=httpx2.Timeout(HTTP_TIMEOUT_S, read=HTTP_READ_TIMEOUT_S))
+            self._http = httpx2.AsyncClient(
+                timeout=httpx2.Timeout(HTTP_TIMEOUT_S, read=HTTP_READ_TIMEOUT_S),
+                limits=upstream_http_limits(),
+            )
         conn = await self._open(prime=False)
         try:
             tools = await conn.list_tools()
