@@ -34,10 +34,10 @@ from mcp.shared.dispatcher import ProgressFnT
 
 from guard.backend import BackendError
 from guard.effects import ToolInfo, detected_sql_argument
-from guard.keepalive import CLIENT_KEEPALIVE_EXPIRY_S
 from guard.policy import EMPTY, PolicyError, PolicyPack, load_policy
 from guard.session import RESERVED_PREFIX
 from guard.txext import advertises
+from proxy.upstream_http import upstream_http_client
 
 logger = logging.getLogger(__name__)
 
@@ -48,14 +48,6 @@ CALL_TIMEOUT_S = 120.0
 HTTP_TIMEOUT_S = 30.0
 HTTP_READ_TIMEOUT_S = 300.0
 """The SDK's own HTTP timeouts (connect, write, pool; read, for streams held open)."""
-
-
-def upstream_http_limits() -> httpx2.Limits:
-    """The pool for HTTP upstreams: idle connections let go before any server closes them
-    (``guard.keepalive``), so no request is sent on a connection the upstream is closing."""
-    return httpx2.Limits(
-        max_connections=100, max_keepalive_connections=20, keepalive_expiry=CLIENT_KEEPALIVE_EXPIRY_S
-    )
 
 
 RESERVED_META_PREFIXES = ("io.modelcontextprotocol/", "shadowguard/")
@@ -454,10 +446,7 @@ class Upstream:
         self._task_group = task_group
         forced = _transactional_setting(self.spec.transactional)
         if isinstance(self._target, str) and self._http is None:
-            self._http = httpx2.AsyncClient(
-                timeout=httpx2.Timeout(HTTP_TIMEOUT_S, read=HTTP_READ_TIMEOUT_S),
-                limits=upstream_http_limits(),
-            )
+            self._http = upstream_http_client(httpx2.Timeout(HTTP_TIMEOUT_S, read=HTTP_READ_TIMEOUT_S))
         conn = await self._open(prime=False)
         try:
             tools = await conn.list_tools()

@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from guard.keepalive import CLIENT_KEEPALIVE_EXPIRY_S, SERVER_KEEP_ALIVE_S
-from proxy.upstreams import upstream_http_limits
+from proxy.upstream_http import upstream_http_limits
 
 UVICORN_DEFAULT_KEEP_ALIVE_S = 5.0
 IDLE_S = UVICORN_DEFAULT_KEEP_ALIVE_S + 2.0
