@@ -39,6 +39,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from guard.approvals.stores import open_approval_store
+from guard.keepalive import SERVER_KEEP_ALIVE_S
 from guard.models import CommitOutcome, ToolOutcome
 from proxy import telemetry
 from proxy.approvals.api import ApiError, ApprovalsRoute, ErrorBody, approvals_router
@@ -499,7 +500,13 @@ rolled back): a stop never waits for a slow upstream or a long retry."""
 
 def _uvicorn(app: ASGIApp) -> uvicorn.Server:
     return _Uvicorn(
-        uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
+        uvicorn.Config(
+            app,
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+            timeout_keep_alive=SERVER_KEEP_ALIVE_S,
+        )
     )
 
 

@@ -37,6 +37,7 @@ from guard.effects import ToolInfo, detected_sql_argument
 from guard.policy import EMPTY, PolicyError, PolicyPack, load_policy
 from guard.session import RESERVED_PREFIX
 from guard.txext import advertises
+from proxy.upstream_http import upstream_http_client
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ CALL_TIMEOUT_S = 120.0
 HTTP_TIMEOUT_S = 30.0
 HTTP_READ_TIMEOUT_S = 300.0
 """The SDK's own HTTP timeouts (connect, write, pool; read, for streams held open)."""
+
 
 RESERVED_META_PREFIXES = ("io.modelcontextprotocol/", "shadowguard/")
 """``_meta`` keys the proxy never relays: the SDK's per-request envelope (it re-stamps its own, and an
@@ -444,7 +446,7 @@ class Upstream:
         self._task_group = task_group
         forced = _transactional_setting(self.spec.transactional)
         if isinstance(self._target, str) and self._http is None:
-            self._http = httpx2.AsyncClient(timeout=httpx2.Timeout(HTTP_TIMEOUT_S, read=HTTP_READ_TIMEOUT_S))
+            self._http = upstream_http_client(httpx2.Timeout(HTTP_TIMEOUT_S, read=HTTP_READ_TIMEOUT_S))
         conn = await self._open(prime=False)
         try:
             tools = await conn.list_tools()

@@ -55,6 +55,7 @@ from benchmark.envs.store import Database
 from benchmark.guarded import backend_for
 from benchmark.tasks import BenchData, Task
 from guard.backend import Backend
+from guard.keepalive import SERVER_KEEP_ALIVE_S
 from guard.sql_backend import SqlBackend
 from guard.txext import DEFAULT_LEASE_S, TransactionParticipant
 
@@ -518,7 +519,9 @@ class EnvServer:
             sock.listen(2048)  # clients that connect before uvicorn starts wait in the backlog
             bound = sock.getsockname()[1]
             app = self.http_app(host=host, idle_timeout=self.sessions.idle_timeout)
-            config = uvicorn.Config(app, log_level="warning", lifespan="on")
+            config = uvicorn.Config(
+                app, log_level="warning", lifespan="on", timeout_keep_alive=SERVER_KEEP_ALIVE_S
+            )
             server = uvicorn.Server(config)
             shown = f"[{host}]" if ":" in host else host
             if announce is not None:
