@@ -111,7 +111,8 @@ def test_the_quick_suite_counts_nothing_over_every_trial_kind(tmp_path: Path) ->
     assert [r.trial for r in kills] == [0, 1]
     for trial in kills:
         details = trial.details
-        assert details["rounds_open_at_kill"] == details["refused_as_lost"] + details["committed_before_kill"]
+        answered = details["refused_as_lost"] + details["committed_before_kill"] + details["interrupted"]
+        assert details["rounds_open_at_kill"] == answered, "one answer per open round"
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["summary"] == result.line()
     assert [t["kind"] for t in report["trials"]] == [r.kind for r in result.records]
