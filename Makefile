@@ -47,7 +47,7 @@ slow-check:
 services:
 	@.ci/services
 
-test: lint typecheck services pytest slow-check
+test: lint typecheck services pytest
 
 conformance:
 	$(BIN)/shadowguard bench conformance
