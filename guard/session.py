@@ -77,6 +77,19 @@ class Forwarded:
     savepoint: str
     result: ToolResult | None
     changes: ChangeSet
+    lost: ToolFailure | None = None
+    """The failure that lost the upstream's answer to a call that was applied all the same
+    (``result`` then says so; see :meth:`GuardSession.forward`)."""
+
+
+def answer_lost(call: ToolCall, failure: ToolFailure, changes: ChangeSet) -> ToolResult:
+    """The result of a call whose answer was lost although the upstream applied it."""
+    tables = ", ".join(sorted(changes.tables))
+    return ToolResult(
+        f"{call.tool} was applied, but the upstream's answer was lost ({failure.message}). "
+        f"Its {len(changes)} row change(s) ({tables}) are kept; do not send the call again. "
+        "Read the records back if you need what the answer would have said."
+    )
 
 
 class SessionClosedError(RuntimeError):
@@ -210,11 +223,17 @@ class GuardSession:
         """An approval rule matched, or an irreversible call on a backend that cannot roll back."""
         return rule_matched or (not self.backend.transactional and effect is EffectClass.IRREVERSIBLE)
 
-    def forward(self, call: ToolCall) -> Attempt[Forwarded]:
+    def forward(self, call: ToolCall, *, keep_applied: bool = False) -> Attempt[Forwarded]:
         """One attempt in its own savepoint; a failed attempt is rolled back to it before it returns.
 
         What the executor raises is classified (a transport error is a failure like any other),
         except the backend's own errors, which propagate after the savepoint is rolled back.
+
+        ``keep_applied`` (for calls that may not be sent twice): when the upstream's answer was lost
+        (the executor raised) but the change set shows the call was applied, the attempt is not
+        undone; it succeeds with a result saying so (:func:`answer_lost`). Undoing its rows would
+        not undo what such a call did outside the database, and the shadow state would then hide an
+        effect that exists.
         """
         savepoint = self.backend.savepoint()
         self._dirty = True
@@ -239,6 +258,8 @@ class GuardSession:
             # The upstream may have written before it failed; its outcome is unknown, so undo it.
             self.backend.rollback_to(savepoint)
             raise
+        if failure is not None and keep_applied and result is None and changes and not failure.safe_to_retry:
+            return Attempt(Forwarded(savepoint, answer_lost(call, failure, changes), changes, lost=failure))
         if failure is not None:
             if failure.restart_transaction and not self.kept and self.backend.transactional:
                 # The transaction's read snapshot may predate another writer's commit: SQLite

@@ -24,6 +24,7 @@ from guard.errors import NotFound, PolicyViolation, ToolFailure
 from guard.holds import approval_refused, held, hold, request, under
 from guard.models import AttemptRecord, ChangeSet, EffectClass, ToolCall, ToolOutcome, Verdict, Violation
 from guard.policy import ApprovalRule
+from guard.retry import Attempt, Reason, RetryDecision
 
 if TYPE_CHECKING:
     from guard.session import Forwarded, GuardSession
@@ -151,12 +152,17 @@ def execute(session: GuardSession, state: CallState) -> ToolOutcome | None:
     idempotent = state.info.annotations.get("idempotentHint") is True
     if override is not None and override.idempotent is not None:
         idempotent = override.idempotent
+    keep_applied = state.effect is EffectClass.IRREVERSIBLE and not idempotent
     last, failed = session.retry.run(
-        lambda: session.forward(call),
+        lambda: session.forward(call, keep_applied=keep_applied),
         effect=state.effect,
         idempotent=idempotent,
         max_attempts=override.max_attempts if override is not None else None,
     )
+    if last.value.lost is not None:
+        # Applied, answer lost (GuardSession.forward): kept, never sent again; listed as an attempt.
+        unknown = RetryDecision(False, Reason.OUTCOME_UNKNOWN)
+        failed.append(Attempt(last.value, last.value.lost, decision=unknown))
     state.attempts = [session.record(call, a) for a in failed]
     state.retries = sum(1 for a in state.attempts if a.retried)
     state.forwarded = last.value

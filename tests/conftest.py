@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from benchmark.envs import Database, Domain, load_domain
 from benchmark.tasks import BenchData, Task, resolve_data
@@ -15,6 +16,11 @@ from guard.approvals import RedisApprovalStore, SqlApprovalStore, open_approval_
 from tests.support.services import PG_URL, REDIS_URL, require_postgres, require_redis
 
 RETAIL = "sandbox_external_retail"
+
+# Property tests check properties, not speed: Hypothesis's per-example deadline (200 ms) turns a
+# loaded machine into failures ("no timing assertions in tests"), so it is off for the whole suite.
+settings.register_profile("shadowguard", deadline=None)
+settings.load_profile("shadowguard")
 
 
 @pytest.fixture(scope="session")

@@ -75,14 +75,9 @@ def test_oracle_passes_every_task_in_both_arms(tmp_path: Path) -> None:
     assert meta["run_duration (sec)"] > 0 and meta["interrupted"] is False
 
 
-@pytest.mark.xfail(
-    reason="known defect found by this campaign: with the domain packs' irreversible classes the guard "
-    "rehearses such calls and never resends them, so under transient faults it loses more writes than "
-    "no guard (see the closing note of issue 12/13); off < guard held before the packs (78.8% vs 94.1%)",
-    strict=False,
-)
 def test_faults_off_below_guard(tmp_path: Path) -> None:
-    """Transient upstream faults lose writes unguarded; the guard's retries recover most of them."""
+    """Transient upstream faults lose writes unguarded; the guard's retries recover most of them, and
+    an irreversible call whose answer was lost but whose rows show it ran is kept, not undone."""
     out = tmp_path / "faults.jsonl"
     result = _run(
         [

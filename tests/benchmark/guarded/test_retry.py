@@ -310,20 +310,44 @@ def test_a_read_is_retried_through_refusals_and_rate_limits(env: Environment) ->
     session.rollback()
 
 
-def test_an_irreversible_call_with_an_unknown_outcome_is_not_resent(env: Environment) -> None:
-    pack = compile_pack(
-        PolicyPackModel.model_validate(
-            {"name": "p", "tools": {"effects": {"update_shipping_speed": "irreversible"}}}
-        )
-    )
+IRREVERSIBLE_SPEED = {"name": "p", "tools": {"effects": {"update_shipping_speed": "irreversible"}}}
+
+
+def test_an_irreversible_call_applied_with_its_answer_lost_is_kept_not_resent(env: Environment) -> None:
+    """Undoing its rows would not undo what an irreversible call did; the change set proves it ran."""
+    pack = compile_pack(PolicyPackModel.model_validate(IRREVERSIBLE_SPEED))
     upstream = Flaky(env, {"update_shipping_speed": [httpx2.RemoteProtocolError("disconnected")]}, ran=True)
+    session, _, counters = session_on(env, upstream, pack)
+    before = speed_of(session)
+    outcome = session.call("update_shipping_speed", SPEED)
+    assert (outcome.verdict, outcome.error_class, outcome.retries) == (Verdict.ALLOWED, None, 0)
+    assert upstream.calls == ["update_shipping_speed"], "never sent twice"
+    assert speed_of(session) != before, "its shadow rows are kept"
+    lost = outcome.attempts[0]
+    assert (lost.error_class, lost.rolled_back, lost.retried, lost.reason) == (
+        "transient",
+        False,
+        False,
+        "outcome_unknown",
+    )
+    assert outcome.result is not None and "was applied, but the upstream's answer was lost" in outcome.result
+    assert "do not send the call again" in outcome.result
+    assert counters.value(FAILURES, error_class="transient", source="exception") == 1
+    committed = session.commit()
+    assert [(c.key, c.op) for c in committed.changes] == [(ORDER, "update")]
+
+
+def test_an_irreversible_call_with_an_unknown_outcome_is_not_resent(env: Environment) -> None:
+    """Nothing in the change set: whether it did anything outside the database is unknown."""
+    pack = compile_pack(PolicyPackModel.model_validate(IRREVERSIBLE_SPEED))
+    upstream = Flaky(env, {"update_shipping_speed": [httpx2.RemoteProtocolError("disconnected")]}, ran=False)
     session, _, _ = session_on(env, upstream, pack)
     before = speed_of(session)
     outcome = session.call("update_shipping_speed", SPEED)
     assert (outcome.verdict, outcome.error_class, outcome.retries) == (Verdict.FAILED, "transient", 0)
     assert outcome.attempts[0].reason == "outcome_unknown"
     assert upstream.calls == ["update_shipping_speed"]
-    assert speed_of(session) == before, "what it wrote in the shadow was rolled back all the same"
+    assert speed_of(session) == before
     assert outcome.hint is not None and "guard retried 0 time(s)" in outcome.hint.next_step
     session.rollback()
 
