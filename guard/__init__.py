@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     from guard.session import SessionClosedError as SessionClosedError
     from guard.session import ToolResult as ToolResult
     from guard.sql_backend import SqlBackend as SqlBackend
-    from guard.txext import RemoteBackend as RemoteBackend
-    from guard.txext import TransactionParticipant as TransactionParticipant
+    from guard.txext.client import RemoteBackend as RemoteBackend
+    from guard.txext.participant import TransactionParticipant as TransactionParticipant
 
 try:
     from importlib.metadata import PackageNotFoundError, version
@@ -117,8 +117,8 @@ _EXPORTS: dict[str, str] = {
     "classify": "guard.effects",
     "RetryPolicy": "guard.retry",
     "ApprovalGate": "guard.approvals.gate",
-    "RemoteBackend": "guard.txext",
-    "TransactionParticipant": "guard.txext",
+    "RemoteBackend": "guard.txext.client",
+    "TransactionParticipant": "guard.txext.participant",
     "FaultPlan": "guard.faults",
 }
 """Public name -> the module defining it. Imported on first use, so that importing one submodule
