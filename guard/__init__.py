@@ -5,8 +5,9 @@ distribution's (pyproject.toml is the one source)."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from guard.exports import lazy_exports
 
 if TYPE_CHECKING:
     from guard.approvals.gate import ApprovalGate as ApprovalGate
@@ -124,9 +125,4 @@ _EXPORTS: dict[str, str] = {
 """Public name -> the module defining it. Imported on first use, so that importing one submodule
 (or running the console script) does not import the whole package."""
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS, __all__)
