@@ -330,7 +330,7 @@ async def test_rollback_violations_and_refusals(
 
 
 async def _call_with_tx(client: Client, tool: str, args: dict[str, Any], tx: str) -> types.CallToolResult:
-    return await client.call_tool(tool, args, meta={TX_META_KEY: tx})
+    return await client.call_tool(tool, args, meta=cast(types.RequestParamsMeta, {TX_META_KEY: tx}))
 
 
 async def _init(client: Client, task: Task) -> str:
@@ -626,6 +626,15 @@ class Clock:
         return self.now
 
 
+def participant_of(server: Server[Any]) -> TransactionParticipant:
+    """The participant ``install`` put on ``server`` (its middleware are the participant's methods)."""
+    for middleware in server.middleware:
+        owner = getattr(middleware, "__self__", None)
+        if isinstance(owner, TransactionParticipant):
+            return owner
+    raise AssertionError("no TransactionParticipant is installed on the server")
+
+
 async def test_a_transaction_whose_lease_lapses_is_rolled_back_and_its_session_freed() -> None:
     """A guard that stops sending (it died) loses its transaction after the lease: rolled back, and
     the host told (``on_lapse``) so it can free the session; renewed ones are kept."""
@@ -635,11 +644,7 @@ async def test_a_transaction_whose_lease_lapses_is_rolled_back_and_its_session_f
         lapsed.append(key)
 
     server, connection = minimal_server(participate=True, lease_s=30.0, clock=clock, on_lapse=on_lapse)
-    participant = next(
-        m.__self__
-        for m in server.middleware
-        if isinstance(getattr(m, "__self__", None), TransactionParticipant)
-    )
+    participant = participant_of(server)
     async with Client(server) as client:
         remote = RemoteBackend(client.session)
         await anyio.to_thread.run_sync(remote.begin)
