@@ -77,3 +77,15 @@ def test_guard_classify_is_the_public_function() -> None:
     import guard.session  # imports the submodule guard.classify
 
     assert guard.classify is guard.effects.classify
+
+
+def test_txext_states_every_public_name_it_holds() -> None:
+    """``from guard.txext import X`` works for each name of ``__all__``, and ``__all__`` names every
+    public name the package holds (its submodules aside)."""
+    import guard.txext as txext
+
+    submodules = {"client", "carried", "participant", "protocol", "registry"}
+    held = {name for name in vars(txext) if not name.startswith("_")} - submodules
+    assert sorted(txext.__all__) == sorted(held)
+    for name in txext.__all__:
+        assert getattr(txext, name) is not None, name
