@@ -5,8 +5,9 @@ distribution's (pyproject.toml is the one source)."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from guard.exports import lazy_exports
 
 if TYPE_CHECKING:
     from guard.approvals.gate import ApprovalGate as ApprovalGate
@@ -40,8 +41,8 @@ if TYPE_CHECKING:
     from guard.session import SessionClosedError as SessionClosedError
     from guard.session import ToolResult as ToolResult
     from guard.sql_backend import SqlBackend as SqlBackend
-    from guard.txext import RemoteBackend as RemoteBackend
-    from guard.txext import TransactionParticipant as TransactionParticipant
+    from guard.txext.client import RemoteBackend as RemoteBackend
+    from guard.txext.participant import TransactionParticipant as TransactionParticipant
 
 try:
     from importlib.metadata import PackageNotFoundError, version
@@ -117,16 +118,11 @@ _EXPORTS: dict[str, str] = {
     "classify": "guard.effects",
     "RetryPolicy": "guard.retry",
     "ApprovalGate": "guard.approvals.gate",
-    "RemoteBackend": "guard.txext",
-    "TransactionParticipant": "guard.txext",
+    "RemoteBackend": "guard.txext.client",
+    "TransactionParticipant": "guard.txext.participant",
     "FaultPlan": "guard.faults",
 }
 """Public name -> the module defining it. Imported on first use, so that importing one submodule
 (or running the console script) does not import the whole package."""
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS, __all__)

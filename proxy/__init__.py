@@ -4,8 +4,9 @@ servers do the work. It imports the guard; it reaches the benchmark only to moun
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from guard.exports import lazy_exports
 
 if TYPE_CHECKING:
     from proxy.app import create_app as create_app
@@ -41,9 +42,4 @@ _EXPORTS: dict[str, str] = {
 """Public name -> the module defining it. Imported on first use, so that importing one submodule
 (or running the console script) does not import the whole package."""
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS, __all__)

@@ -73,7 +73,7 @@ from guard.models import (
 )
 from guard.retry import RetryPolicy, StoppableClock
 from guard.session import GuardSession, ToolResult
-from guard.txext import RemoteBackend, TransactionError
+from guard.txext.client import RemoteBackend, TransactionError
 from proxy.commits import crash_point, entry_outcome, record_outcome
 from proxy.held import CANCEL_REASONS, HeldCalls
 from proxy.ledger import RESTARTED, CommitRecord, LedgerError, SessionLedger, applied_on, failed_on
@@ -590,25 +590,20 @@ class ProxySession:
         guard's to classify and maybe retry; a closed connection is :class:`UpstreamGoneError`,
         which ends the transaction instead. On a transactional leg the call carries the
         transaction id and the operations RemoteBackend queued (savepoint, release: one round trip
-        per call); a queued operation that failed is the backend's error (the tool did not run).
+        per call; RemoteBackend.send_tool_call); a queued operation that failed is the backend's error
+        (the tool did not run).
         """
 
         def execute(tool: str, arguments: Mapping[str, Any]) -> ToolResult:
-            meta = dict(self._forward_meta)
+            def send(meta: dict[str, Any]) -> types.CallToolResult:
+                return anyio.from_thread.run(leg.connection.call_tool, tool, arguments, meta)
+
             remote = leg.remote
-            if remote is not None:
-                if remote.tx is None:
-                    raise BackendError("no open transaction on the upstream")
-                meta.update(remote.tool_call_meta())
-            try:
-                result = anyio.from_thread.run(leg.connection.call_tool, tool, arguments, meta)
-            except MCPError as exc:
-                failed = remote.tool_call_failed(exc) if remote is not None else None
-                if failed is not None:
-                    raise failed from exc
-                raise
-            if remote is not None:
-                remote.tool_call_done(result)
+            result = (
+                send(dict(self._forward_meta))
+                if remote is None
+                else remote.send_tool_call(send, self._forward_meta)
+            )
             return ToolResult(text=_text(result), is_error=bool(result.is_error), raw=result)
 
         return execute

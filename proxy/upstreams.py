@@ -36,7 +36,7 @@ from guard.backend import BackendError
 from guard.effects import ToolInfo, detected_sql_argument
 from guard.policy import EMPTY, PolicyError, PolicyPack, load_policy
 from guard.session import RESERVED_PREFIX
-from guard.txext import advertises
+from guard.txext.protocol import advertises
 from proxy.upstream_http import upstream_http_client
 
 logger = logging.getLogger(__name__)

@@ -57,7 +57,8 @@ from benchmark.tasks import BenchData, Task
 from guard.backend import Backend
 from guard.keepalive import SERVER_KEEP_ALIVE_S
 from guard.sql_backend import SqlBackend
-from guard.txext import DEFAULT_LEASE_S, TransactionParticipant
+from guard.txext.participant import TransactionParticipant
+from guard.txext.protocol import DEFAULT_LEASE_S
 
 logger = logging.getLogger(__name__)
 

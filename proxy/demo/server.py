@@ -43,7 +43,7 @@ from sqlalchemy.pool import NullPool
 
 from guard.backend import Backend
 from guard.sql_backend import SqlBackend
-from guard.txext import TransactionParticipant
+from guard.txext.participant import TransactionParticipant
 
 SESSION_META_KEY = "shadowguard/session"
 STDIO_SESSION = "stdio"

@@ -330,7 +330,7 @@ async def test_rollback_violations_and_refusals(
 
 
 async def _call_with_tx(client: Client, tool: str, args: dict[str, Any], tx: str) -> types.CallToolResult:
-    return await client.call_tool(tool, args, meta={TX_META_KEY: tx})
+    return await client.call_tool(tool, args, meta=cast(types.RequestParamsMeta, {TX_META_KEY: tx}))
 
 
 async def _init(client: Client, task: Task) -> str:
@@ -477,6 +477,63 @@ async def test_a_failed_piggybacked_operation_fails_the_request_it_rides_on() ->
     connection.close()
 
 
+async def test_a_caller_with_its_own_connection_gets_the_same_piggyback() -> None:
+    """RemoteBackend.send_tool_call is the one piggyback sequence (the proxy's executor uses it):
+    the caller's ``_meta`` rides with the transaction's, the change set comes back with the result
+    (no ``changes`` request), and a JSON-RPC error of the tool itself stays the caller's own."""
+    seen: list[str] = []
+    server, connection = minimal_server(participate=True, seen=seen)
+    metas: list[dict[str, Any]] = []
+
+    async def record_meta(ctx: Any, call_next: Any) -> Any:
+        if ctx.method == "tools/call":  # without what the SDK adds on the 2026-07-28 wire
+            metas.append(
+                {k: v for k, v in (ctx.meta or {}).items() if not k.startswith("io.modelcontextprotocol/")}
+            )
+        return await call_next(ctx)
+
+    server.middleware.append(record_meta)
+    async with Client(server, mode="auto") as client:
+
+        def sender(item: int) -> Callable[[dict[str, Any]], types.CallToolResult]:
+            args = {"id": item, "name": f"item {item}"}
+            return lambda meta: cast(
+                types.CallToolResult, blocking(_call_with_meta, client, "add_item", args, meta)
+            )
+
+        def scenario() -> None:
+            idle = RemoteBackend(client.session)
+            with pytest.raises(BackendError, match="no transaction"):
+                idle.send_tool_call(sender(0))
+            remote = RemoteBackend(client.session, meta={"example/session": "s1"})
+            remote.begin()
+            savepoint = remote.savepoint()
+            seen.clear()
+            result = remote.send_tool_call(sender(1), {"example/trace": "t1"})
+            assert not result.is_error
+            assert metas == [
+                {
+                    "example/trace": "t1",
+                    "example/session": "s1",
+                    TX_META_KEY: remote.tx,
+                    OPS_META_KEY: [{"op": "savepoint", "savepoint": savepoint}],
+                }
+            ]
+            assert [(c.key, c.op) for c in remote.changes(savepoint)] == [("1", "insert")]
+            assert [m for m in seen if m != "tools/list"] == ["tools/call"]  # the client may list tools
+            remote.release(savepoint)
+            with pytest.raises(MCPError) as own:
+                remote.send_tool_call(sender(1))  # the same id again: the tool fails, no operation did
+            assert OPS_META_KEY in metas[-1]
+            assert not isinstance(own.value.data, dict) or "shadowguard/tx/op" not in own.value.data
+            assert remote.query("SELECT COUNT(*) AS n FROM items") == [{"n": 1}]
+            remote.commit()
+
+        await anyio.to_thread.run_sync(scenario)
+    assert _names(connection) == ["item 1"]
+    connection.close()
+
+
 async def test_malformed_or_unwanted_piggybacked_operations_are_refused() -> None:
     server, connection = minimal_server(participate=True)
     old, old_connection = minimal_server(participate=True, features=())
@@ -569,6 +626,15 @@ class Clock:
         return self.now
 
 
+def participant_of(server: Server[Any]) -> TransactionParticipant:
+    """The participant ``install`` put on ``server`` (its middleware are the participant's methods)."""
+    for middleware in server.middleware:
+        owner = getattr(middleware, "__self__", None)
+        if isinstance(owner, TransactionParticipant):
+            return owner
+    raise AssertionError("no TransactionParticipant is installed on the server")
+
+
 async def test_a_transaction_whose_lease_lapses_is_rolled_back_and_its_session_freed() -> None:
     """A guard that stops sending (it died) loses its transaction after the lease: rolled back, and
     the host told (``on_lapse``) so it can free the session; renewed ones are kept."""
@@ -578,11 +644,7 @@ async def test_a_transaction_whose_lease_lapses_is_rolled_back_and_its_session_f
         lapsed.append(key)
 
     server, connection = minimal_server(participate=True, lease_s=30.0, clock=clock, on_lapse=on_lapse)
-    participant = next(
-        m.__self__
-        for m in server.middleware
-        if isinstance(getattr(m, "__self__", None), TransactionParticipant)
-    )
+    participant = participant_of(server)
     async with Client(server) as client:
         remote = RemoteBackend(client.session)
         await anyio.to_thread.run_sync(remote.begin)

@@ -1,0 +1,103 @@
+"""The transaction extension ``shadowguard/tx`` (version 1), both ends: participants and the guard's client.
+
+docs/transaction-extension.md is the specification. An MCP server that keeps its state in a database
+*participates*: it advertises the extension, accepts the guard's transaction id in each request's
+``_meta["shadowguard/tx"]``, and serves the methods ``shadowguard/tx/begin``, ``savepoint``,
+``rollback_to``, ``release``, ``changes``, ``query``, ``commit``, ``rollback`` and ``renew``. The guard
+then drives the upstream as a :class:`guard.backend.Backend` (:class:`RemoteBackend`): writes run inside
+a shadow transaction on the upstream itself, and row-level change sets come from its database.
+
+One concept per module:
+
+- :mod:`guard.txext.protocol` — the wire: method names, ``_meta`` keys, features, error codes, the
+  message models, what a participant advertises (:func:`settings`) and how a client sees it
+  (:func:`advertises`);
+- :mod:`guard.txext.participant` — what a transactional upstream runs (:class:`TransactionParticipant`,
+  :class:`BackendAccess`, :func:`serialized`), with its open transactions and leases in
+  :mod:`guard.txext.registry` and its side of piggybacked operations in :mod:`guard.txext.carried`;
+- :mod:`guard.txext.client` — the guard's side (:class:`RemoteBackend`, :class:`TransactionError`),
+  including the piggyback sequence of a tools/call (:meth:`RemoteBackend.send_tool_call`).
+
+The names below are the public API; the modules' other names may change without notice.
+"""
+
+from guard.txext.client import NotReversibleTransactionError, RemoteBackend, SendToolCall, TransactionError
+from guard.txext.participant import BackendAccess, TransactionParticipant, serialized
+from guard.txext.protocol import (
+    BEGIN,
+    CHANGES,
+    COMMIT,
+    DEFAULT_LEASE_S,
+    EXTENSION,
+    FEATURES,
+    METHODS,
+    NOT_REVERSIBLE,
+    OP_ERROR_KEY,
+    OP_RELEASE,
+    OP_SAVEPOINT,
+    OPS_META_KEY,
+    PIGGYBACK,
+    QUERY,
+    QUERY_REFUSED,
+    RELEASE,
+    RENEW,
+    ROLLBACK,
+    ROLLBACK_TO,
+    SAVEPOINT,
+    TX_FAILED,
+    TX_META_KEY,
+    TX_STATE,
+    TX_UNKNOWN,
+    VERSION,
+    TxBeginResult,
+    TxChangesResult,
+    TxParams,
+    TxQueryResult,
+    TxRequest,
+    TxSavepointResult,
+    advertises,
+    settings,
+)
+
+__all__ = [
+    "BEGIN",
+    "CHANGES",
+    "COMMIT",
+    "DEFAULT_LEASE_S",
+    "EXTENSION",
+    "FEATURES",
+    "METHODS",
+    "NOT_REVERSIBLE",
+    "OPS_META_KEY",
+    "OP_ERROR_KEY",
+    "OP_RELEASE",
+    "OP_SAVEPOINT",
+    "PIGGYBACK",
+    "QUERY",
+    "QUERY_REFUSED",
+    "RELEASE",
+    "RENEW",
+    "ROLLBACK",
+    "ROLLBACK_TO",
+    "SAVEPOINT",
+    "TX_FAILED",
+    "TX_META_KEY",
+    "TX_STATE",
+    "TX_UNKNOWN",
+    "VERSION",
+    "BackendAccess",
+    "NotReversibleTransactionError",
+    "RemoteBackend",
+    "SendToolCall",
+    "TransactionError",
+    "TransactionParticipant",
+    "TxBeginResult",
+    "TxChangesResult",
+    "TxParams",
+    "TxQueryResult",
+    "TxRequest",
+    "TxSavepointResult",
+    "advertises",
+    "serialized",
+    "settings",
+]

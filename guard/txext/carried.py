@@ -1,0 +1,112 @@
+"""The participant's side of piggybacked operations: savepoint and release riding on a request's
+``_meta["shadowguard/tx/ops"]``, applied once before the request's own work, and the change sets a
+``tools/call`` reports for the savepoints they opened (docs/transaction-extension.md)."""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import mcp.types as types
+from mcp import MCPError
+
+from guard.backend import Backend
+from guard.models import ChangeSet
+from guard.txext.protocol import (
+    CHANGES,
+    MAX_OPS,
+    OP_ERROR_KEY,
+    OP_METHODS,
+    OP_SAVEPOINT,
+    OPS_META_KEY,
+    TX_STATE,
+    check_id,
+    error,
+)
+from guard.txext.registry import Registry, mapped
+
+
+@dataclass
+class CarriedOps:
+    """The piggybacked operations of one request, applied at most once, before the request's own work."""
+
+    key: str
+    tx: str
+    ops: list[tuple[str, str]]
+    started: bool = False
+    opened: list[str] = field(default_factory=list)
+    failure: MCPError | None = None
+
+
+CARRIED: contextvars.ContextVar[CarriedOps | None] = contextvars.ContextVar(
+    "shadowguard_tx_ops", default=None
+)
+"""The current tools/call's operations, for :meth:`TransactionParticipant.check_call` (worker threads
+inherit it: AnyIO runs them in a copy of the caller's context)."""
+
+
+def parse_ops(value: Any) -> list[tuple[str, str]]:
+    """The ``(op, savepoint)`` pairs of ``_meta["shadowguard/tx/ops"]``; INVALID_PARAMS if malformed."""
+    what = f"_meta[{OPS_META_KEY!r}]"
+    if not isinstance(value, list) or len(value) > MAX_OPS:
+        raise error(types.INVALID_PARAMS, f"{what} must be a list of at most {MAX_OPS} operations")
+    ops = []
+    for item in value:
+        if not isinstance(item, Mapping) or set(item) != {"op", "savepoint"} or item["op"] not in OP_METHODS:
+            raise error(
+                types.INVALID_PARAMS,
+                f'{what}: each operation is {{"op": "savepoint"|"release", "savepoint": name}}',
+            )
+        ops.append((str(item["op"]), check_id(item["savepoint"], f"{what}: savepoint")))
+    return ops
+
+
+def run_ops(registry: Registry, carried: CarriedOps, backend: Backend) -> None:
+    """Apply the operations in order (in the session's worker thread); the first that fails is
+    raised with ``data[OP_ERROR_KEY]`` naming it, and kept in ``carried.failure``."""
+    carried.started = True
+    for index, (op, name) in enumerate(carried.ops):
+        method = OP_METHODS[op]
+        try:
+            entry = registry.current(carried.key, carried.tx, backend)
+            if op == OP_SAVEPOINT:
+                if name in entry.aliases:
+                    raise error(TX_STATE, f"{method}: savepoint {name!r} is already open")
+                entry.aliases[name] = mapped(method, lambda b: b.savepoint(), backend)
+                carried.opened.append(name)
+            else:
+                mapped(method, functools.partial(_release, savepoint=entry.resolve(name)), backend)
+                entry.closed(name)
+        except MCPError as exc:
+            data = {OP_ERROR_KEY: {"index": index, "method": method}}
+            carried.failure = MCPError(code=exc.code, message=exc.message, data=data)
+            raise carried.failure from exc
+
+
+def report(registry: Registry, carried: CarriedOps, backend: Backend) -> dict[str, Any]:
+    """What a tools/call answers in ``_meta["shadowguard/tx"]``: the changes since each savepoint
+    its operations opened (or the error that reading them met, for the client to raise)."""
+    out: dict[str, Any] = {}
+    for name in carried.opened:
+        try:
+            entry = registry.current(carried.key, carried.tx, backend)
+            real = entry.aliases.get(name)
+            if real is None:
+                raise error(TX_STATE, f"{CHANGES}: unknown or closed savepoint {name!r}")
+            changes = mapped(CHANGES, functools.partial(_changes_since, since=real), backend)
+        except MCPError as exc:
+            out[name] = {"error": {"code": exc.code, "message": exc.message}}
+        else:
+            out[name] = {"changes": changes.model_dump(mode="json")["changes"]}
+    return {"savepoints": out}
+
+
+def _release(backend: Backend, *, savepoint: str) -> None:
+    backend.release(savepoint)
+
+
+def _changes_since(backend: Backend, *, since: str) -> ChangeSet:
+    return backend.changes(since)

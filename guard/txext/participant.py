@@ -1,0 +1,398 @@
+"""What a transactional upstream runs: :class:`TransactionParticipant` serves ``shadowguard/tx`` on a
+low-level ``mcp.server.Server`` (one open transaction per session, leases, renew, piggybacked
+operations) and advertises it in both protocol eras.
+
+The host supplies two things: the session key of a request (transactions belong to sessions), and a
+:class:`BackendAccess` that runs a function against the session's backend, in a worker thread,
+serialised with that session's tool calls (one connection must never be used by two threads at
+once). A server with one SQLAlchemy connection::
+
+    backend = SqlBackend(connection, tables)
+    access = serialized(backend)
+    tx = TransactionParticipant(session_key=lambda ctx: "main", access=access)
+    tx.install(server)                          # before create_initialization_options()
+
+    async def on_call_tool(ctx, params):
+        name = tx.transaction_of(ctx)           # the _meta tx id, validated, or None
+
+        def run(backend):
+            tx.check_call("main", name, backend)   # refuses a tx id that is not open here
+            return my_tool(backend.connection, params)
+
+        return await access("main", run)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
+from typing import Any, Protocol, TypeVar
+
+import anyio
+import anyio.to_thread
+import mcp.types as types
+from mcp import MCPError
+from mcp.server import Server, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+
+from guard.backend import Backend
+from guard.txext.carried import CARRIED, CarriedOps, parse_ops, report, run_ops
+from guard.txext.protocol import (
+    BEGIN,
+    CHANGES,
+    COMMIT,
+    DEFAULT_LEASE_S,
+    EXTENSION,
+    FEATURES,
+    METHODS,
+    OPS_META_KEY,
+    PIGGYBACK,
+    QUERY,
+    RELEASE,
+    RENEW,
+    ROLLBACK,
+    ROLLBACK_TO,
+    SAVEPOINT,
+    TX_FAILED,
+    TX_META_KEY,
+    TxParams,
+    TxSavepointResult,
+    check_id,
+    error,
+    settings,
+)
+from guard.txext.registry import OpenTransaction, Registry, mapped
+
+logger = logging.getLogger(__name__)
+
+Ctx = ServerRequestContext[Any, Any]
+T = TypeVar("T")
+Handler = Callable[[Ctx, TxParams], Awaitable[BaseModel | dict[str, Any] | None]]
+
+
+class BackendAccess(Protocol):
+    """Runs ``work(backend)`` for a session: in a worker thread, serialised with its tool calls.
+
+    The backend must be the one on the connection that session's tool calls use, and the same
+    object for as long as the session's state lives: a different object (the state was replaced
+    or closed) ends any transaction that was open on the old one.
+    """
+
+    def __call__(self, key: str, work: Callable[[Backend], T], /) -> Awaitable[T]: ...
+
+
+def serialized(backend: Backend) -> BackendAccess:
+    """A :class:`BackendAccess` for a server with one backend: one lock, worker threads."""
+    lock = anyio.Lock()
+
+    async def access(key: str, work: Callable[[Backend], T], /) -> T:
+        async with lock:
+            return await anyio.to_thread.run_sync(work, backend)
+
+    return access
+
+
+async def _advertise_in_handshake(ctx: Ctx, call_next: CallNext, *, entry: dict[str, Any]) -> HandlerResult:
+    """Add the entry to ``capabilities.experimental`` of an ``initialize`` result (handshake era)."""
+    result = await call_next(ctx)
+    if ctx.method == "initialize" and isinstance(result, dict):
+        capabilities = dict(result.get("capabilities") or {})
+        capabilities["experimental"] = {**(capabilities.get("experimental") or {}), EXTENSION: entry}
+        result = {**result, "capabilities": capabilities}
+    return result
+
+
+class TransactionParticipant:
+    """Serves the extension's methods for one low-level ``Server``; one open transaction per session."""
+
+    def __init__(
+        self,
+        *,
+        session_key: Callable[[Ctx], str],
+        access: BackendAccess,
+        features: Collection[str] = FEATURES,
+        lease_s: float | None = DEFAULT_LEASE_S,
+        on_lapse: Callable[[str], Awaitable[object]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if lease_s is not None and not lease_s > 0:
+            raise ValueError(f"lease_s must be a positive number of seconds or None, got {lease_s!r}")
+        unknown = sorted(set(features) - set(FEATURES))
+        if unknown:
+            raise ValueError(f"unknown feature(s) {unknown}; known: {', '.join(FEATURES)}")
+        self.session_key = session_key
+        self.access = access
+        self.features = tuple(f for f in FEATURES if f in features)
+        """The optional features served (all by default; ``()`` behaves as a participant that
+        predates them: piggybacked operations are refused with INVALID_PARAMS)."""
+        self.lease_s = lease_s
+        """A transaction no request named for this long is rolled back (None: never)."""
+        self.on_lapse = on_lapse
+        """Told the session key of each transaction rolled back for its lapsed lease (after the
+        rollback), e.g. to free what the session holds (a pooled schema, a connection)."""
+        self._registry = Registry(lease_s=lease_s, clock=clock)
+
+    def install(self, server: Server[Any]) -> None:
+        """Register the methods and advertise the extension in both protocol eras."""
+        handlers: dict[str, Handler] = {
+            BEGIN: self._begin,
+            SAVEPOINT: self._savepoint,
+            ROLLBACK_TO: self._rollback_to,
+            RELEASE: self._release,
+            CHANGES: self._changes,
+            QUERY: self._query,
+            COMMIT: self._commit,
+            ROLLBACK: self._rollback,
+            RENEW: self._renew,
+        }
+        for method, handler in handlers.items():
+            server.add_request_handler(method, TxParams, handler)
+        server.extensions[EXTENSION] = settings(self.features)
+        server.middleware.append(functools.partial(_advertise_in_handshake, entry=settings(self.features)))
+        server.middleware.append(self._carry_ops)
+        server.middleware.append(self._renew_after)
+        if self.lease_s is not None:
+            inner = server.lifespan
+
+            @contextlib.asynccontextmanager
+            async def lifespan(app: Server[Any]) -> AsyncIterator[Any]:
+                async with inner(app) as state, anyio.create_task_group() as tg:
+                    tg.start_soon(self.run_reaper)
+                    try:
+                        yield state
+                    finally:
+                        tg.cancel_scope.cancel()
+
+            server.lifespan = lifespan
+
+    # -- leases
+    async def _renew_after(self, ctx: Ctx, call_next: CallNext) -> HandlerResult:
+        """Server middleware: a request naming a transaction renews its lease when it is answered
+        (it was renewed on arrival too), so a call longer than the lease does not lapse it."""
+        result = await call_next(ctx)
+        meta: Mapping[str, Any] = ctx.meta or {}
+        tx = meta.get(TX_META_KEY)
+        if isinstance(tx, str) and (ctx.method == "tools/call" or ctx.method in METHODS):
+            self._registry.touch(self.session_key(ctx), tx)
+        return result
+
+    async def reap(self) -> list[str]:
+        """Roll back every transaction whose lease lapsed (serialised with its session's calls, and
+        only if it is still open and still lapsed then); the session keys, after ``on_lapse``."""
+        lapsed = []
+        for key, tx in self._registry.lapsed():
+
+            def roll_back(backend: Backend, key: str = key, tx: str = tx) -> bool:
+                if not self._registry.take_lapsed(key, tx):
+                    return False
+                try:
+                    backend.rollback()
+                except Exception as exc:  # its state is unknown: the host's on_lapse drops the session
+                    logger.warning("transaction %s (lease lapsed): rollback failed: %s", tx, exc)
+                return True
+
+            if await self.access(key, roll_back):
+                logger.info("transaction %s of session %s: lease lapsed, rolled back", tx, key)
+                lapsed.append(key)
+                if self.on_lapse is not None:
+                    await self.on_lapse(key)
+        return lapsed
+
+    async def run_reaper(self) -> None:
+        """:meth:`reap` every quarter lease until cancelled (``install`` runs it in the server's lifespan)."""
+        if self.lease_s is None:
+            return
+        while True:
+            await anyio.sleep(max(self.lease_s / 4, 0.05))
+            await self.reap()
+
+    # -- what hosts call from their tools/call handler
+    @staticmethod
+    def transaction_of(ctx: Ctx) -> str | None:
+        """The transaction id a request names in ``_meta`` (validated), or None."""
+        meta: Mapping[str, Any] = ctx.meta or {}
+        if TX_META_KEY not in meta:
+            return None
+        return check_id(meta[TX_META_KEY], f"_meta[{TX_META_KEY!r}]")
+
+    def check_call(self, key: str, tx: str | None, backend: Backend) -> None:
+        """Refuse (before it runs) a call naming a transaction that is not open in its session.
+
+        Call it inside :attr:`access`, with the backend it hands out, so that the check and the
+        call see the same state. A call without a transaction id is the host's to place. The
+        call's piggybacked operations (savepoint, release) are applied here, in the same worker
+        thread and lock hold; a failed one raises its error and the tool must not run.
+        """
+        if tx is None:
+            return
+        carried = CARRIED.get()
+        if carried is not None and not carried.started and (carried.key, carried.tx) == (key, tx):
+            run_ops(self._registry, carried, backend)
+        self._registry.current(key, tx, backend)
+
+    async def _carry_ops(self, ctx: Ctx, call_next: CallNext) -> HandlerResult:
+        """Server middleware: apply a tools/call's piggybacked operations before its tool (in
+        :meth:`check_call`, or here when the host never called it) and report the change sets."""
+        meta: Mapping[str, Any] = ctx.meta or {}
+        if OPS_META_KEY not in meta or (ctx.method in METHODS and PIGGYBACK in self.features):
+            return await call_next(ctx)
+        if PIGGYBACK not in self.features:
+            raise error(types.INVALID_PARAMS, f"_meta[{OPS_META_KEY!r}]: this participant does not piggyback")
+        if ctx.method != "tools/call":
+            raise error(
+                types.INVALID_PARAMS,
+                f"_meta[{OPS_META_KEY!r}] rides only on tools/call and {EXTENSION} requests",
+            )
+        key, tx = self._selectors(ctx, "tools/call")
+        carried = CarriedOps(key, tx, parse_ops(meta[OPS_META_KEY]))
+        apply = functools.partial(run_ops, self._registry, carried)
+        token = CARRIED.set(carried)
+        try:
+            result = await call_next(ctx)
+        except Exception:
+            if carried.failure is not None:
+                raise carried.failure from None
+            if not carried.started:
+                await self.access(key, apply)
+            raise
+        finally:
+            CARRIED.reset(token)
+        if carried.failure is not None:  # the host turned the failure into a result: the tool did not run
+            raise carried.failure
+        if not carried.started:
+            await self.access(key, apply)
+        if not carried.opened:
+            return result
+        reported = await self.access(key, functools.partial(report, self._registry, carried))
+        if isinstance(result, BaseModel):
+            result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        wire = dict(result or {})
+        wire["_meta"] = {**(wire.get("_meta") or {}), TX_META_KEY: reported}
+        return wire
+
+    # -- handlers
+    @staticmethod
+    def _accept(method: str, params: TxParams, allowed: Collection[str]) -> None:
+        given = (params.model_fields_set | set(params.model_extra or {})) - {"meta"}
+        unknown = sorted(given - set(allowed))
+        if unknown:
+            expected = ", ".join(sorted(allowed)) or "none"
+            raise error(
+                types.INVALID_PARAMS, f"{method}: unknown parameter(s) {unknown}; expected: {expected}"
+            )
+
+    def _selectors(self, ctx: Ctx, method: str) -> tuple[str, str]:
+        tx = self.transaction_of(ctx)
+        if tx is None:
+            raise error(types.INVALID_PARAMS, f"{method}: _meta[{TX_META_KEY!r}] names no transaction")
+        return self.session_key(ctx), tx
+
+    async def _within(
+        self, ctx: Ctx, method: str, op: Callable[[Backend, OpenTransaction], T], *, ends: bool = False
+    ) -> T:
+        key, tx = self._selectors(ctx, method)
+        meta: Mapping[str, Any] = ctx.meta or {}
+        carried = CarriedOps(key, tx, parse_ops(meta[OPS_META_KEY])) if OPS_META_KEY in meta else None
+        registry = self._registry
+
+        def work(backend: Backend) -> T:
+            if carried is not None:
+                run_ops(registry, carried, backend)
+            entry = registry.current(key, tx, backend)
+            try:
+                result = mapped(method, lambda b: op(b, entry), backend)
+            except MCPError as exc:
+                if ends and exc.code == TX_FAILED:  # a refusal keeps the transaction; a failure ends it
+                    registry.forget(key, tx)
+                raise
+            if ends:
+                registry.forget(key, tx)
+            return result
+
+        return await self.access(key, work)
+
+    async def _begin(self, ctx: Ctx, params: TxParams) -> dict[str, Any]:
+        self._accept(BEGIN, params, ())
+        key, tx = self._selectors(ctx, BEGIN)
+        if OPS_META_KEY in (ctx.meta or {}):
+            raise error(types.INVALID_PARAMS, f"{BEGIN}: nothing can be piggybacked before a transaction")
+
+        def work(backend: Backend) -> None:
+            self._registry.register(key, tx, backend)
+            try:
+                mapped(BEGIN, lambda b: b.begin(), backend)
+            except BaseException:
+                self._registry.forget(key, tx)
+                raise
+
+        await self.access(key, work)
+        answer: dict[str, Any] = {"features": list(self.features)} if self.features else {}
+        if self.lease_s is not None:
+            answer["lease_s"] = self.lease_s
+        return answer
+
+    async def _savepoint(self, ctx: Ctx, params: TxParams) -> TxSavepointResult:
+        self._accept(SAVEPOINT, params, ())
+        name = await self._within(ctx, SAVEPOINT, lambda b, _: b.savepoint())
+        return TxSavepointResult(savepoint=name)
+
+    async def _rollback_to(self, ctx: Ctx, params: TxParams) -> dict[str, Any]:
+        self._accept(ROLLBACK_TO, params, ("savepoint",))
+        name = check_id(params.savepoint, f"{ROLLBACK_TO}: savepoint")
+
+        def rollback_to(backend: Backend, entry: OpenTransaction) -> None:
+            backend.rollback_to(entry.resolve(name))
+            entry.closed(name)
+
+        await self._within(ctx, ROLLBACK_TO, rollback_to)
+        return {}
+
+    async def _release(self, ctx: Ctx, params: TxParams) -> dict[str, Any]:
+        self._accept(RELEASE, params, ("savepoint",))
+        name = check_id(params.savepoint, f"{RELEASE}: savepoint")
+
+        def release(backend: Backend, entry: OpenTransaction) -> None:
+            backend.release(entry.resolve(name))
+            entry.closed(name)
+
+        await self._within(ctx, RELEASE, release)
+        return {}
+
+    async def _changes(self, ctx: Ctx, params: TxParams) -> dict[str, Any]:
+        self._accept(CHANGES, params, ("since",))
+        since = None if params.since is None else check_id(params.since, f"{CHANGES}: since")
+        changes = await self._within(
+            ctx, CHANGES, lambda b, entry: b.changes(None if since is None else entry.resolve(since))
+        )
+        return changes.model_dump(mode="json")
+
+    async def _query(self, ctx: Ctx, params: TxParams) -> dict[str, Any]:
+        self._accept(QUERY, params, ("sql", "params"))
+        if not isinstance(params.sql, str) or not params.sql.strip():
+            raise error(types.INVALID_PARAMS, f"{QUERY}: sql must be a non-empty string")
+        if params.params is not None and not isinstance(params.params, Mapping):
+            raise error(types.INVALID_PARAMS, f"{QUERY}: params must be an object of :name -> value")
+        sql, bound = params.sql, dict(params.params or {})
+        rows = await self._within(ctx, QUERY, lambda b, _: b.query(sql, bound))
+        return {"rows": to_jsonable_python(rows)}
+
+    async def _commit(self, ctx: Ctx, params: TxParams) -> dict[str, Any]:
+        self._accept(COMMIT, params, ())
+        await self._within(ctx, COMMIT, lambda b, _: b.commit(), ends=True)
+        return {}
+
+    async def _rollback(self, ctx: Ctx, params: TxParams) -> dict[str, Any]:
+        self._accept(ROLLBACK, params, ())
+        await self._within(ctx, ROLLBACK, lambda b, _: b.rollback(), ends=True)
+        return {}
+
+    async def _renew(self, ctx: Ctx, params: TxParams) -> dict[str, Any]:
+        """The guard is alive and the transaction still wanted: its lease starts again."""
+        self._accept(RENEW, params, ())
+        await self._within(ctx, RENEW, lambda b, _: None)
+        return {}
