@@ -10,10 +10,19 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from benchmark.envs.auto.inputs import (
+    BillingCreateInstallmentPlanInput,
+    BillingGetAccountDetailsInput,
+    BillingGetArrangementHistoryInput,
+    BillingGrantExtensionInput,
+    BillingResetAccountStatusInput,
+)
+from benchmark.envs.auto.rows import BillingAccount
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
+from benchmark.envs.records import TableRef
 
-ACCOUNTS = "billing_billing_accounts"
+ACCOUNTS: TableRef[BillingAccount] = TableRef("billing_billing_accounts")
 
 
 def _account(env: Environment, policy_id: str) -> BaseModel:
@@ -31,7 +40,7 @@ def _update(env: Environment, account: BaseModel, changes: dict[str, Any]) -> Ba
     return updated
 
 
-def billing_get_account_details(env: Environment, args: BaseModel) -> dict[str, Any]:
+def billing_get_account_details(env: Environment, args: BillingGetAccountDetailsInput) -> dict[str, Any]:
     """Balance and arrangement summary; the due-date and installment details stay internal."""
     account = _account(env, args.policy_id)
     return {
@@ -46,12 +55,16 @@ def billing_get_account_details(env: Environment, args: BaseModel) -> dict[str, 
     }
 
 
-def billing_get_arrangement_history(env: Environment, args: BaseModel) -> dict[str, Any]:
+def billing_get_arrangement_history(
+    env: Environment, args: BillingGetArrangementHistoryInput
+) -> dict[str, Any]:
     """Only the rolling 12-month arrangement counter; the reference keeps no arrangement log."""
     return {"arrangements_12_months": _account(env, args.policy_id).arrangements_12_months}
 
 
-def billing_create_installment_plan(env: Environment, args: BaseModel) -> dict[str, Any]:
+def billing_create_installment_plan(
+    env: Environment, args: BillingCreateInstallmentPlanInput
+) -> dict[str, Any]:
     """Stores the caller's plan verbatim (no check against the past-due amount or tier limits)."""
     account = _account(env, args.policy_id)
     updated = _update(
@@ -67,7 +80,7 @@ def billing_create_installment_plan(env: Environment, args: BaseModel) -> dict[s
     return {"billing_account_id": updated.id, "arrangements_12_months": updated.arrangements_12_months}
 
 
-def billing_grant_extension(env: Environment, args: BaseModel) -> dict[str, Any]:
+def billing_grant_extension(env: Environment, args: BillingGrantExtensionInput) -> dict[str, Any]:
     """Moves the due date and replaces any installment plan; no eligibility or limit checks."""
     account = _account(env, args.policy_id)
     updated = _update(
@@ -85,7 +98,7 @@ def billing_grant_extension(env: Environment, args: BaseModel) -> dict[str, Any]
     return {"billing_account_id": updated.id, "arrangements_12_months": updated.arrangements_12_months}
 
 
-def billing_reset_account_status(env: Environment, args: BaseModel) -> dict[str, Any]:
+def billing_reset_account_status(env: Environment, args: BillingResetAccountStatusInput) -> dict[str, Any]:
     """Forgives the past-due balance and drops any arrangement; the arrangement counter is kept."""
     updated = _update(
         env,

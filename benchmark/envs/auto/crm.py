@@ -6,10 +6,17 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from benchmark.envs.auto.inputs import (
+    CrmGetCustomerByEmailInput,
+    CrmGetCustomerProfileInput,
+    CrmVerifyIdentityInput,
+)
+from benchmark.envs.auto.rows import Customer
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
+from benchmark.envs.records import TableRef
 
-CUSTOMERS = "crm_customers"
+CUSTOMERS: TableRef[Customer] = TableRef("crm_customers")
 
 
 def _customer(env: Environment, customer_id: str) -> BaseModel:
@@ -19,7 +26,7 @@ def _customer(env: Environment, customer_id: str) -> BaseModel:
     return customer
 
 
-def crm_get_customer_by_email(env: Environment, args: BaseModel) -> dict[str, Any]:
+def crm_get_customer_by_email(env: Environment, args: CrmGetCustomerByEmailInput) -> dict[str, Any]:
     """First customer whose email matches case-insensitively; emails are not unique across patches."""
     wanted = args.email.lower()
     for customer in env.table(CUSTOMERS).all():
@@ -32,7 +39,7 @@ def crm_get_customer_by_email(env: Environment, args: BaseModel) -> dict[str, An
     raise ToolError(f"No customer found with email '{args.email}'")
 
 
-def crm_get_customer_profile(env: Environment, args: BaseModel) -> dict[str, Any]:
+def crm_get_customer_profile(env: Environment, args: CrmGetCustomerProfileInput) -> dict[str, Any]:
     """Profile without the secrets: only whether an SSN is on file, and the question but not its answer."""
     customer = _customer(env, args.customer_id)
     return {
@@ -49,7 +56,7 @@ def crm_get_customer_profile(env: Environment, args: BaseModel) -> dict[str, Any
     }
 
 
-def crm_verify_identity(env: Environment, args: BaseModel) -> dict[str, Any]:
+def crm_verify_identity(env: Environment, args: CrmVerifyIdentityInput) -> dict[str, Any]:
     """SSN wins when both are given (exact match); the security answer matches case-insensitively."""
     if not args.ssn_last_4 and not args.security_answer:
         raise ToolError("Must provide either ssn_last_4 or security_answer for verification")

@@ -24,6 +24,15 @@ from benchmark.envs.booking.common import (
     parse_iso,
     value,
 )
+from benchmark.envs.booking.inputs import (
+    BookingApiCheckHotelAvailabilityInput,
+    BookingApiGetBookingHistoryInput,
+    BookingApiGetBookingInput,
+    BookingApiGetGroupBookingInput,
+    BookingApiModifyBookingInput,
+    BookingApiModifyGroupBookingInput,
+    BookingApiSearchHotelsByLocationInput,
+)
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
 
@@ -87,7 +96,9 @@ def _find_group(env: Environment, group_booking_id: str) -> BaseModel:
     return matches[0]
 
 
-def booking_api_check_hotel_availability(env: Environment, args: BaseModel) -> dict[str, Any]:
+def booking_api_check_hotel_availability(
+    env: Environment, args: BookingApiCheckHotelAvailabilityInput
+) -> dict[str, Any]:
     """Minimum free rooms over the stay for the board type, plus the board types free on some night.
 
     The hotel is looked up by the row id (not ``hotel_id``), as the reference's ``get_by_id`` does.
@@ -111,7 +122,7 @@ def booking_api_check_hotel_availability(env: Environment, args: BaseModel) -> d
     return {"available_count": available, "available_board_types": boards, "price_per_night": price}
 
 
-def booking_api_get_booking(env: Environment, args: BaseModel) -> dict[str, Any]:
+def booking_api_get_booking(env: Environment, args: BookingApiGetBookingInput) -> dict[str, Any]:
     """First booking with the reference, else the customer's first booking."""
     if not args.booking_reference and not args.customer_id:
         raise ToolError("Either booking_reference or customer_id must be provided")
@@ -123,14 +134,16 @@ def booking_api_get_booking(env: Environment, args: BaseModel) -> dict[str, Any]
     return {"booking_data": _json(matches[0])}
 
 
-def booking_api_get_booking_history(env: Environment, args: BaseModel) -> dict[str, Any]:
+def booking_api_get_booking_history(
+    env: Environment, args: BookingApiGetBookingHistoryInput
+) -> dict[str, Any]:
     """The customer's bookings, newest ``created_at`` (as text) first; none is not an error."""
     rows = env.table(BOOKINGS).where(customer_id=args.customer_id)
     rows = sorted(rows, key=lambda b: b.created_at, reverse=True)
     return {"bookings": [_json(b) for b in rows]}
 
 
-def booking_api_get_group_booking(env: Environment, args: BaseModel) -> dict[str, Any]:
+def booking_api_get_group_booking(env: Environment, args: BookingApiGetGroupBookingInput) -> dict[str, Any]:
     return {"group_booking_data": _json(_find_group(env, args.group_booking_id))}
 
 
@@ -138,7 +151,7 @@ _CHANGEABLE = ("check_in_date", "check_out_date", "room_type", "board_type", "ad
 _PRICED = ("check_in_date", "check_out_date", "room_type", "board_type")
 
 
-def booking_api_modify_booking(env: Environment, args: BaseModel) -> dict[str, Any]:
+def booking_api_modify_booking(env: Environment, args: BookingApiModifyBookingInput) -> dict[str, Any]:
     """Apply the given fields to a confirmed booking and re-price it from inventory.
 
     Re-pricing runs whenever a priced field is given (changed or not), and its value is kept even
@@ -190,7 +203,9 @@ def booking_api_modify_booking(env: Environment, args: BaseModel) -> dict[str, A
     return {"updated_booking": _json(record), "price_difference": str(money(difference))}
 
 
-def booking_api_modify_group_booking(env: Environment, args: BaseModel) -> dict[str, Any]:
+def booking_api_modify_group_booking(
+    env: Environment, args: BookingApiModifyGroupBookingInput
+) -> dict[str, Any]:
     """Move a group's dates; with cascade, move each member booking (any status) and re-price it."""
     groups, bookings = env.table(GROUP_BOOKINGS), env.table(BOOKINGS)
     group = _find_group(env, args.group_booking_id)
@@ -239,7 +254,9 @@ def booking_api_modify_group_booking(env: Environment, args: BaseModel) -> dict[
     }
 
 
-def booking_api_search_hotels_by_location(env: Environment, args: BaseModel) -> dict[str, Any]:
+def booking_api_search_hotels_by_location(
+    env: Environment, args: BookingApiSearchHotelsByLocationInput
+) -> dict[str, Any]:
     """Hotels whose location contains the query (case-insensitive) with a free room every night.
 
     The price is the mean nightly price over the stay, rounded half-up to cents.

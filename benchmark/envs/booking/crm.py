@@ -10,10 +10,18 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from benchmark.envs.booking.inputs import (
+    CrmApiCheckVipStatusInput,
+    CrmApiGetCustomerPreferencesInput,
+    CrmApiGetCustomerProfileInput,
+    CrmApiUpdateCustomerInfoInput,
+)
+from benchmark.envs.booking.rows import CustomerProfile
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
+from benchmark.envs.records import TableRef
 
-PROFILES = "crm_api_customer_profiles"
+PROFILES: TableRef[CustomerProfile] = TableRef("crm_api_customer_profiles")
 
 # update_customer_info stamps this fixed instant (bundle SPEC.md §3.3).
 UPDATE_NOW = dt.datetime(2025, 1, 1, 0, 0, 0, tzinfo=dt.UTC)
@@ -51,17 +59,19 @@ def _profile_by_email(env: Environment, email: str) -> BaseModel:
     raise ToolError("Customer not found.")
 
 
-def crm_api_check_vip_status(env: Environment, args: BaseModel) -> dict[str, Any]:
+def crm_api_check_vip_status(env: Environment, args: CrmApiCheckVipStatusInput) -> dict[str, Any]:
     profile = _profile(env, _checked_id(args.customer_id))
     return {"vip_tier": profile.vip_tier.value, "loyalty_program_status": profile.loyalty_program_status}
 
 
-def crm_api_get_customer_preferences(env: Environment, args: BaseModel) -> dict[str, Any]:
+def crm_api_get_customer_preferences(
+    env: Environment, args: CrmApiGetCustomerPreferencesInput
+) -> dict[str, Any]:
     profile = _profile(env, _checked_id(args.customer_id))
     return {"preferences": profile.preferences, "special_notes": profile.special_notes}
 
 
-def crm_api_get_customer_profile(env: Environment, args: BaseModel) -> dict[str, Any]:
+def crm_api_get_customer_profile(env: Environment, args: CrmApiGetCustomerProfileInput) -> dict[str, Any]:
     """By customer_id when given (non-empty), else by email compared case-insensitively."""
     if not args.customer_id and not args.email:
         raise ToolError("Invalid parameters: provide customer_id or email.")
@@ -69,7 +79,7 @@ def crm_api_get_customer_profile(env: Environment, args: BaseModel) -> dict[str,
     return {"customer_data": profile.model_dump(mode="json", exclude_none=True)}
 
 
-def crm_api_update_customer_info(env: Environment, args: BaseModel) -> dict[str, Any]:
+def crm_api_update_customer_info(env: Environment, args: CrmApiUpdateCustomerInfoInput) -> dict[str, Any]:
     """Set every non-null field given; at least one is required. updated_at gets the frozen instant."""
     _checked_id(args.customer_id)
     updates = {name: getattr(args, name) for name in UPDATABLE if getattr(args, name) is not None}

@@ -12,17 +12,34 @@ from typing import Any
 from pydantic import BaseModel
 
 from benchmark.envs.consulting.actions import compact, dispatch, free_id, iso, require, value
+from benchmark.envs.consulting.inputs import (
+    BackgroundCheckApiInput,
+    BoxApiInput,
+    ClientAccessApiInput,
+    NdaApiInput,
+)
+from benchmark.envs.consulting.rows import (
+    ClearanceRecord,
+    Client,
+    ClientSystemAccess,
+    Folder,
+    FolderAccessLog,
+    NdaRecord,
+    TrainingEnrollment,
+    VpnAccess,
+)
 from benchmark.envs.environment import Environment, Table
 from benchmark.envs.errors import ToolError
+from benchmark.envs.records import TableRef
 
-VPN = "client_access_vpn_access"
-SYSTEMS = "client_access_client_system_access"
-CLEARANCES = "client_access_clearance_record"
-NDAS = "client_access_nda_record"
-CLIENTS = "salesforce_crm_clients"
-ENROLLMENTS = "degreed_training_enrollments"
-FOLDERS = "box_folders"
-FOLDER_LOGS = "box_folder_access_logs"
+VPN: TableRef[VpnAccess] = TableRef("client_access_vpn_access")
+SYSTEMS: TableRef[ClientSystemAccess] = TableRef("client_access_client_system_access")
+CLEARANCES: TableRef[ClearanceRecord] = TableRef("client_access_clearance_record")
+NDAS: TableRef[NdaRecord] = TableRef("client_access_nda_record")
+CLIENTS: TableRef[Client] = TableRef("salesforce_crm_clients")
+ENROLLMENTS: TableRef[TrainingEnrollment] = TableRef("degreed_training_enrollments")
+FOLDERS: TableRef[Folder] = TableRef("box_folders")
+FOLDER_LOGS: TableRef[FolderAccessLog] = TableRef("box_folder_access_logs")
 
 # Frozen revocation time of ``revoke_vpn`` (bundle SPEC.md §3.3).
 REVOKED_AT = dt.datetime(2025, 10, 1, 0, 0, 0, tzinfo=dt.UTC)
@@ -160,7 +177,7 @@ def _get_employee_prerequisites(env: Environment, args: BaseModel) -> dict[str, 
     }
 
 
-def client_access_api(env: Environment, args: BaseModel) -> dict[str, Any]:
+def client_access_api(env: Environment, args: ClientAccessApiInput) -> dict[str, Any]:
     return dispatch(
         {
             "provision_vpn": _provision_vpn,
@@ -212,7 +229,7 @@ def _get_timeline(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"estimated_days": CLEARANCE_DAYS[value(args.clearance_level)]}
 
 
-def background_check_api(env: Environment, args: BaseModel) -> dict[str, Any]:
+def background_check_api(env: Environment, args: BackgroundCheckApiInput) -> dict[str, Any]:
     return dispatch(
         {"get_status": _get_status, "initiate": _initiate, "get_timeline": _get_timeline},
         env,
@@ -247,7 +264,7 @@ def _send_for_signature(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"success": True}
 
 
-def nda_api(env: Environment, args: BaseModel) -> dict[str, Any]:
+def nda_api(env: Environment, args: NdaApiInput) -> dict[str, Any]:
     return dispatch(
         {"check_status": _check_status, "send_for_signature": _send_for_signature},
         env,
@@ -300,7 +317,7 @@ def _grant_folder_access(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"success": True}
 
 
-def box_api(env: Environment, args: BaseModel) -> dict[str, Any]:
+def box_api(env: Environment, args: BoxApiInput) -> dict[str, Any]:
     return dispatch(
         {"get_folder_details": _get_folder_details, "grant_folder_access": _grant_folder_access},
         env,

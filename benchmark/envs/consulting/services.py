@@ -11,20 +11,40 @@ from typing import Any
 from pydantic import BaseModel
 
 from benchmark.envs.consulting.actions import compact, dispatch, free_id, iso, require, value
+from benchmark.envs.consulting.inputs import (
+    AssetManagementApiInput,
+    ConcurApiInput,
+    DegreedApiInput,
+    LicenseManagementApiInput,
+)
+from benchmark.envs.consulting.rows import (
+    Certification,
+    Client,
+    Device,
+    DeviceAssignment,
+    ExpenseReport,
+    LicenseAllocation,
+    LicensePoolRecord,
+    SoftwareCatalog,
+    TrainingCourse,
+    TrainingEnrollment,
+    TravelRequest,
+)
 from benchmark.envs.environment import Environment, Table
 from benchmark.envs.errors import ToolError
+from benchmark.envs.records import TableRef
 
-EXPENSES = "concur_expense_reports"
-TRAVEL = "concur_travel_requests"
-DEVICES = "asset_management_devices"
-ASSIGNMENTS = "asset_management_device_assignments"
-POOLS = "license_management_license_pool_record"
-ALLOCATIONS = "license_management_license_allocation"
-CATALOG = "software_catalog_software_catalog"
-COURSES = "degreed_training_courses"
-ENROLLMENTS = "degreed_training_enrollments"
-CERTIFICATIONS = "degreed_certifications"
-CLIENTS = "salesforce_crm_clients"
+EXPENSES: TableRef[ExpenseReport] = TableRef("concur_expense_reports")
+TRAVEL: TableRef[TravelRequest] = TableRef("concur_travel_requests")
+DEVICES: TableRef[Device] = TableRef("asset_management_devices")
+ASSIGNMENTS: TableRef[DeviceAssignment] = TableRef("asset_management_device_assignments")
+POOLS: TableRef[LicensePoolRecord] = TableRef("license_management_license_pool_record")
+ALLOCATIONS: TableRef[LicenseAllocation] = TableRef("license_management_license_allocation")
+CATALOG: TableRef[SoftwareCatalog] = TableRef("software_catalog_software_catalog")
+COURSES: TableRef[TrainingCourse] = TableRef("degreed_training_courses")
+ENROLLMENTS: TableRef[TrainingEnrollment] = TableRef("degreed_training_enrollments")
+CERTIFICATIONS: TableRef[Certification] = TableRef("degreed_certifications")
+CLIENTS: TableRef[Client] = TableRef("salesforce_crm_clients")
 
 # Capacity the reference reports for a pool or course without a limit.
 UNLIMITED = 99999
@@ -103,7 +123,7 @@ def _get_travel_booking(env: Environment, args: BaseModel) -> dict[str, Any]:
     }
 
 
-def concur_api(env: Environment, args: BaseModel) -> dict[str, Any]:
+def concur_api(env: Environment, args: ConcurApiInput) -> dict[str, Any]:
     return dispatch(
         {
             "get_expense_report": _get_expense_report,
@@ -208,7 +228,7 @@ def _retire_device(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"success": True}
 
 
-def asset_management_api(env: Environment, args: BaseModel) -> dict[str, Any]:
+def asset_management_api(env: Environment, args: AssetManagementApiInput) -> dict[str, Any]:
     return dispatch(
         {
             "get_employee_devices": _get_employee_devices,
@@ -275,7 +295,7 @@ def _get_cost(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"annual_cost": software.annual_cost}
 
 
-def license_management_api(env: Environment, args: BaseModel) -> dict[str, Any]:
+def license_management_api(env: Environment, args: LicenseManagementApiInput) -> dict[str, Any]:
     return dispatch(
         {
             "check_availability": _check_availability,
@@ -390,7 +410,7 @@ def _get_required_trainings(env: Environment, args: BaseModel) -> dict[str, Any]
     return {"required_courses": list(client.required_training_courses)}
 
 
-def degreed_api(env: Environment, args: BaseModel) -> dict[str, Any]:
+def degreed_api(env: Environment, args: DegreedApiInput) -> dict[str, Any]:
     return dispatch(
         {
             "search_courses": _search_courses,
