@@ -12,6 +12,7 @@ matches the models the bundle builds, so the static types cannot drift from the 
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator
 from typing import Any, ClassVar, Generic, Literal, Protocol, Self, TypeVar
 
 from pydantic.fields import FieldInfo
@@ -27,6 +28,8 @@ class Record(Protocol):
     ) -> dict[str, Any]: ...
 
     def model_copy(self, *, update: dict[str, Any] | None = None) -> Self: ...
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]: ...
 
 
 R = TypeVar("R", bound=Record)

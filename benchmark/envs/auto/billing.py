@@ -21,6 +21,7 @@ from benchmark.envs.auto.rows import BillingAccount
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
 from benchmark.envs.records import TableRef
+from benchmark.envs.tools import ToolFn
 
 ACCOUNTS: TableRef[BillingAccount] = TableRef("billing_billing_accounts")
 
@@ -115,7 +116,7 @@ def billing_reset_account_status(env: Environment, args: BillingResetAccountStat
     return {"billing_account_id": updated.id, "status": updated.status.value}
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "billing_create_installment_plan": billing_create_installment_plan,
     "billing_get_account_details": billing_get_account_details,
     "billing_get_arrangement_history": billing_get_arrangement_history,

@@ -23,6 +23,7 @@ from benchmark.envs.auto.rows import Claim, Driver, Policy, Vehicle
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
 from benchmark.envs.records import TableRef
+from benchmark.envs.tools import ToolFn
 
 CLAIMS: TableRef[Claim] = TableRef("claims_claims")
 POLICIES: TableRef[Policy] = TableRef("policy_policies")
@@ -147,7 +148,7 @@ def claims_get_vehicle_claims(env: Environment, args: ClaimsGetVehicleClaimsInpu
     return {"claims": [_claim_item(c) for c in claims], "has_open_claims": any(_is_open(c) for c in claims)}
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "claims_check_open_major_claims": claims_check_open_major_claims,
     "claims_create_fnol": claims_create_fnol,
     "claims_get_driver_claims": claims_get_driver_claims,

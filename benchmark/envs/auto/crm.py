@@ -15,6 +15,7 @@ from benchmark.envs.auto.rows import Customer
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
 from benchmark.envs.records import TableRef
+from benchmark.envs.tools import ToolFn
 
 CUSTOMERS: TableRef[Customer] = TableRef("crm_customers")
 
@@ -68,7 +69,7 @@ def crm_verify_identity(env: Environment, args: CrmVerifyIdentityInput) -> dict[
     return {"verified": verified, "verification_method": "security_question"}
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "crm_get_customer_by_email": crm_get_customer_by_email,
     "crm_get_customer_profile": crm_get_customer_profile,
     "crm_verify_identity": crm_verify_identity,

@@ -32,6 +32,7 @@ from benchmark.envs.auto.rows import Driver, Policy, PolicyDocument, Vehicle
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
 from benchmark.envs.records import TableRef
+from benchmark.envs.tools import ToolFn
 
 POLICIES: TableRef[Policy] = TableRef("policy_policies")
 DRIVERS: TableRef[Driver] = TableRef("policy_drivers")
@@ -358,7 +359,7 @@ def lookup_validate_vin(env: Environment, args: LookupValidateVinInput) -> dict[
     }
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "policy_add_driver": policy_add_driver,
     "policy_add_vehicle": policy_add_vehicle,
     "policy_generate_document_link": policy_generate_document_link,

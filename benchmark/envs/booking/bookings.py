@@ -35,6 +35,7 @@ from benchmark.envs.booking.inputs import (
 )
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
+from benchmark.envs.tools import ToolFn
 
 
 def _json(record: BaseModel) -> dict[str, Any]:
@@ -293,7 +294,7 @@ def booking_api_search_hotels_by_location(
     return {"hotels": results}
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "booking_api_check_hotel_availability": booking_api_check_hotel_availability,
     "booking_api_get_booking": booking_api_get_booking,
     "booking_api_get_booking_history": booking_api_get_booking_history,

@@ -20,6 +20,7 @@ from benchmark.envs.booking.rows import Booking, CorporateAccount
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
 from benchmark.envs.records import TableRef
+from benchmark.envs.tools import ToolFn
 
 ACCOUNTS: TableRef[CorporateAccount] = TableRef("corporate_api_corporate_accounts")
 BOOKINGS: TableRef[Booking] = TableRef("booking_api_bookings")
@@ -95,7 +96,7 @@ def corporate_api_verify_account_status(
     }
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "corporate_api_generate_corporate_invoice": corporate_api_generate_corporate_invoice,
     "corporate_api_get_account_details": corporate_api_get_account_details,
     "corporate_api_get_corporate_booking_history": corporate_api_get_corporate_booking_history,

@@ -20,6 +20,7 @@ from benchmark.envs.booking.rows import CustomerProfile
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
 from benchmark.envs.records import TableRef
+from benchmark.envs.tools import ToolFn
 
 PROFILES: TableRef[CustomerProfile] = TableRef("crm_api_customer_profiles")
 
@@ -91,7 +92,7 @@ def crm_api_update_customer_info(env: Environment, args: CrmApiUpdateCustomerInf
     return {"success": True, "updated_fields": list(updates)}
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "crm_api_check_vip_status": crm_api_check_vip_status,
     "crm_api_get_customer_preferences": crm_api_get_customer_preferences,
     "crm_api_get_customer_profile": crm_api_get_customer_profile,

@@ -18,6 +18,7 @@ from benchmark.envs.booking.inputs import (
 )
 from benchmark.envs.environment import Environment, Table
 from benchmark.envs.errors import ToolError
+from benchmark.envs.tools import ToolFn
 
 TICKET_ID = "ZDSK-{:08d}"
 
@@ -148,7 +149,7 @@ def hotel_partner_api_verify_availability(
     return {"availability_confirmed": available > 0, "confirmation_notes": notes}
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "hotel_partner_api_escalate_to_hotel": hotel_partner_api_escalate_to_hotel,
     "hotel_partner_api_get_hotel_contact": hotel_partner_api_get_hotel_contact,
     "hotel_partner_api_get_hotel_info": hotel_partner_api_get_hotel_info,

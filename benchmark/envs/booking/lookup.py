@@ -19,6 +19,7 @@ from benchmark.envs.booking.inputs import (
 )
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
+from benchmark.envs.tools import ToolFn
 
 _REFERENCE = re.compile(r"BKG-\d{8}")
 
@@ -102,7 +103,7 @@ def lookup_validate_booking_reference(
     return {"is_valid": True, "booking_id": matches[0].id}
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "lookup_lookup_corporate_account_id": lookup_lookup_corporate_account_id,
     "lookup_lookup_group_booking_id": lookup_lookup_group_booking_id,
     "lookup_lookup_hotel_id": lookup_lookup_hotel_id,

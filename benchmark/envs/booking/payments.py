@@ -26,6 +26,7 @@ from benchmark.envs.booking.rows import Booking, Transaction
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
 from benchmark.envs.records import TableRef
+from benchmark.envs.tools import ToolFn
 
 BOOKINGS: TableRef[Booking] = TableRef("booking_api_bookings")
 TRANSACTIONS: TableRef[Transaction] = TableRef("payment_api_transactions")
@@ -198,7 +199,7 @@ def payment_api_update_payment_method(
     return {"success": True, "payment_method_last4": token[-4:] if len(token) >= 4 else "****"}
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "payment_api_check_payment_status": payment_api_check_payment_status,
     "payment_api_generate_invoice": payment_api_generate_invoice,
     "payment_api_get_transaction_history": payment_api_get_transaction_history,

@@ -31,6 +31,7 @@ from benchmark.envs.consulting.rows import (
 from benchmark.envs.environment import Environment, Table
 from benchmark.envs.errors import ToolError
 from benchmark.envs.records import TableRef
+from benchmark.envs.tools import ToolFn
 
 VPN: TableRef[VpnAccess] = TableRef("client_access_vpn_access")
 SYSTEMS: TableRef[ClientSystemAccess] = TableRef("client_access_client_system_access")
@@ -325,7 +326,7 @@ def box_api(env: Environment, args: BoxApiInput) -> dict[str, Any]:
     )
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "client_access_api": client_access_api,
     "background_check_api": background_check_api,
     "nda_api": nda_api,

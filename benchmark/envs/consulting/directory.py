@@ -40,6 +40,7 @@ from benchmark.envs.consulting.rows import (
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
 from benchmark.envs.records import TableRef
+from benchmark.envs.tools import ToolFn
 
 CATALOG: TableRef[SoftwareCatalog] = TableRef("software_catalog_software_catalog")
 SF_ENGAGEMENTS: TableRef[SfEngagement] = TableRef("salesforce_crm_sf_engagements")
@@ -223,7 +224,7 @@ def hardware_procurement_create_order(
     return {"order_id": HARDWARE_ORDER_ID}
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "software_catalog_get_details": software_catalog_get_details,
     "software_catalog_search": software_catalog_search,
     "salesforce_crm_check_employee_assignment": salesforce_crm_check_employee_assignment,

@@ -33,6 +33,7 @@ from benchmark.envs.consulting.rows import (
 from benchmark.envs.environment import Environment, Table
 from benchmark.envs.errors import ToolError
 from benchmark.envs.records import TableRef
+from benchmark.envs.tools import ToolFn
 
 EXPENSES: TableRef[ExpenseReport] = TableRef("concur_expense_reports")
 TRAVEL: TableRef[TravelRequest] = TableRef("concur_travel_requests")
@@ -426,7 +427,7 @@ def degreed_api(env: Environment, args: DegreedApiInput) -> dict[str, Any]:
     )
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "concur_api": concur_api,
     "asset_management_api": asset_management_api,
     "license_management_api": license_management_api,

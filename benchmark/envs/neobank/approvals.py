@@ -28,6 +28,7 @@ from benchmark.envs.neobank.inputs import (
     ApproverLookupApiGetContactDetailsInput,
     EmailNotificationApiSendNotificationInput,
 )
+from benchmark.envs.tools import ToolFn
 
 APPROVER_DEPARTMENTS = ("it_security", "finance_accounting", "compliance_risk")
 
@@ -151,7 +152,7 @@ def email_notification_api_send_notification(
     return {"notification_id": notification_id, "delivery_status": "queued"}
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "approval_api_check_status": approval_api_check_status,
     "approval_api_create_request": approval_api_create_request,
     "approver_lookup_api_get_contact_details": approver_lookup_api_get_contact_details,

@@ -36,6 +36,7 @@ from benchmark.envs.neobank.rows import (
     SoftwareLicense,
 )
 from benchmark.envs.records import TableRef
+from benchmark.envs.tools import ToolFn
 
 ASSETS: TableRef[HardwareAsset] = TableRef("sandbox_neobank_support_main_models_hardware_assets")
 ASSIGNMENTS: TableRef[AssetAssignment] = TableRef("sandbox_neobank_support_main_models_asset_assignments")
@@ -332,7 +333,7 @@ def license_management_api_check_license_type(
     }
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "asset_management_api_assign_device": asset_management_api_assign_device,
     "asset_management_api_check_inventory": asset_management_api_check_inventory,
     "asset_management_api_get_device_details": asset_management_api_get_device_details,

@@ -37,6 +37,7 @@ from benchmark.envs.neobank.inputs import (
     WorkdayApiGetManagerChainInput,
     WorkdayApiGetOrgStructureInput,
 )
+from benchmark.envs.tools import ToolFn
 
 MAX_BYPASS_HOURS = 4
 MFA_DEVICE_OPERATIONS = ("add_mfa_device", "remove_mfa_device")
@@ -288,7 +289,7 @@ def workday_api_get_org_structure(env: Environment, args: WorkdayApiGetOrgStruct
     }
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "okta_api_add_to_group": okta_api_add_to_group,
     "okta_api_check_access": okta_api_check_access,
     "okta_api_get_user_groups": okta_api_get_user_groups,

@@ -22,6 +22,7 @@ from benchmark.envs.retail.inputs import (
     UpdateMembershipStatusInput,
 )
 from benchmark.envs.retail.rows import ActivePromotion, CustomerProfile, DiscountApplication, MembershipRecord
+from benchmark.envs.tools import ToolFn
 
 PROFILES: TableRef[CustomerProfile] = TableRef("external_retail_toolset_salesforce_models_customer_profiles")
 MEMBERSHIPS: TableRef[MembershipRecord] = TableRef(
@@ -197,7 +198,7 @@ def update_membership_status(env: Environment, args: UpdateMembershipStatusInput
     return {"customer_id": args.customer_id, "new_tier": "standard", "action_completed": "cancelled"}
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "get_discount_application": get_discount_application,
     "get_promotion_details": get_promotion_details,
     "add_points_to_balance": add_points_to_balance,

@@ -10,11 +10,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from pydantic import BaseModel
-
 from benchmark.envs.environment import Environment, Table
 from benchmark.envs.errors import ToolError
-from benchmark.envs.records import TableRef
+from benchmark.envs.records import R, TableRef
 from benchmark.envs.retail.inputs import (
     CancelOrderInput,
     CheckInventoryInput,
@@ -34,6 +32,7 @@ from benchmark.envs.retail.rows import (
     ProductDetails,
     Shipment,
 )
+from benchmark.envs.tools import ToolFn
 
 ORDERS: TableRef[Order] = TableRef("external_retail_toolset_oms_models_orders")
 LINE_ITEMS: TableRef[OrderLineItem] = TableRef("external_retail_toolset_oms_models_order_line_items")
@@ -60,19 +59,19 @@ def _iso(moment: dt.datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
 
 
-def _order(env: Environment, order_id: str) -> BaseModel:
+def _order(env: Environment, order_id: str) -> Order:
     order = env.table(ORDERS).get(order_id)
     if order is None:
         raise ToolError(f"Order not found: {order_id}")
     return order
 
 
-def _save_changed(table: Table, record: BaseModel, **changes: Any) -> None:
+def _save_changed(table: Table[R], record: R, **changes: Any) -> None:
     """Save ``record`` with ``changes`` applied, re-validated so enum and float fields keep their types."""
     table.save(table.record({**record.model_dump(), **changes}))
 
 
-def _first_free_id(table: Table, field: str, template: str) -> str:
+def _first_free_id(table: Table[R], field: str, template: str) -> str:
     """The reference's ids: ``template`` with the smallest counter from 1 not already taken."""
     taken = {getattr(row, field) for row in table.all()}
     counter = 1
@@ -329,7 +328,7 @@ def get_product_details(env: Environment, args: GetProductDetailsInput) -> dict[
     }
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "cancel_order": cancel_order,
     "create_replacement_order": create_replacement_order,
     "get_order": get_order,

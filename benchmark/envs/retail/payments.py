@@ -10,6 +10,7 @@ from benchmark.envs.errors import ToolError
 from benchmark.envs.records import TableRef
 from benchmark.envs.retail.inputs import ChargeCustomerInput, CreateRefundInput, GetPaymentStatusInput
 from benchmark.envs.retail.rows import PaymentTransaction, Refund
+from benchmark.envs.tools import ToolFn
 
 TRANSACTIONS: TableRef[PaymentTransaction] = TableRef(
     "external_retail_toolset_stripe_models_payment_transactions"
@@ -91,7 +92,7 @@ def get_payment_status(env: Environment, args: GetPaymentStatusInput) -> dict[st
     }
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "charge_customer": charge_customer,
     "create_refund": create_refund,
     "get_payment_status": get_payment_status,

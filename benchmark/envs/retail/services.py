@@ -5,11 +5,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from pydantic import BaseModel
-
 from benchmark.envs.environment import Environment, Table
 from benchmark.envs.errors import ToolError
-from benchmark.envs.records import TableRef
+from benchmark.envs.records import R, TableRef
 from benchmark.envs.retail.inputs import (
     CancelInstallationInput,
     CheckWarrantyCoverageInput,
@@ -21,6 +19,7 @@ from benchmark.envs.retail.inputs import (
 )
 from benchmark.envs.retail.payments import WRITE_NOW
 from benchmark.envs.retail.rows import InstallationJob, RMARecord, WarrantyClaim, WarrantyContract
+from benchmark.envs.tools import ToolFn
 
 CONTRACTS: TableRef[WarrantyContract] = TableRef("external_retail_toolset_extend_models_warranty_contracts")
 CLAIMS: TableRef[WarrantyClaim] = TableRef("external_retail_toolset_extend_models_warranty_claims")
@@ -38,7 +37,7 @@ ISSUE_DESCRIPTIONS = {
 }
 
 
-def _free_id(table: Table, template: str) -> str:
+def _free_id(table: Table[R], template: str) -> str:
     """``template`` formatted with the row count, bumped until no row has that id."""
     n = table.count()
     while table.exists(template.format(n)):
@@ -93,14 +92,14 @@ def file_warranty_claim(env: Environment, args: FileWarrantyClaimInput) -> dict[
     return {"claim_id": claim.id, "status": claim.status.value, "claim_date": claim.claim_date.isoformat()}
 
 
-def _job(env: Environment, job_id: str) -> BaseModel:
+def _job(env: Environment, job_id: str) -> InstallationJob:
     job = env.table(JOBS).get(job_id)
     if job is None:
         raise ToolError(f"Installation job not found: {job_id}")
     return job
 
 
-def _update(env: Environment, job: BaseModel, **changes: Any) -> BaseModel:
+def _update(env: Environment, job: InstallationJob, **changes: Any) -> InstallationJob:
     """Save ``job`` with ``changes`` applied, validated through the row model."""
     table = env.table(JOBS)
     updated = table.record({**job.model_dump(), **changes})
@@ -200,7 +199,7 @@ def get_rma_status(env: Environment, args: GetRmaStatusInput) -> dict[str, Any]:
     }
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "check_warranty_coverage": check_warranty_coverage,
     "file_warranty_claim": file_warranty_claim,
     "cancel_installation": cancel_installation,
