@@ -24,7 +24,11 @@ class Record(Protocol):
     model_fields: ClassVar[dict[str, FieldInfo]]
 
     def model_dump(
-        self, *, mode: Literal["json", "python"] = "python", exclude_unset: bool = False
+        self,
+        *,
+        mode: Literal["json", "python"] = "python",
+        exclude_unset: bool = False,
+        exclude_none: bool = False,
     ) -> dict[str, Any]: ...
 
     def model_copy(self, *, update: dict[str, Any] | None = None) -> Self: ...

@@ -25,7 +25,7 @@ import enum
 import sys
 import types
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from decimal import Decimal
 from functools import partial
 from pathlib import Path
@@ -149,13 +149,14 @@ def input_class(tool: str) -> str:
     return _camel(tool) + "Input"
 
 
-def domain_files(domain: Domain) -> dict[str, str]:
-    """A domain package's own ``rows.py`` and ``inputs.py`` (its non-zendesk tables and tools)."""
+def domain_files(domain: Domain, shared: Collection[str] = ()) -> dict[str, str]:
+    """A domain package's own ``rows.py`` and ``inputs.py``: its tools, and its tables but those whose
+    row types are in ``shared`` (``zendesk/rows.py``)."""
     package = DOMAINS[domain.name]
     own_tools = [
         n for n, t in domain.tools.items() if _implementation_module(t.run).startswith(package + ".")
     ]
-    own_tables = [n for n in domain.tables if not n.startswith(ZENDESK + "_")]
+    own_tables = [n for n, spec in domain.tables.items() if spec.model_name not in shared]
     title = domain.name
     return {
         "rows.py": _rows(domain, own_tables).render(f"Row types of {title}.", "models.json"),
@@ -174,26 +175,29 @@ def _shared(per_domain: list[_Module]) -> _Module:
     return shared
 
 
-def zendesk_files(domains: list[Domain]) -> dict[str, str]:
+def zendesk_modules(domains: list[Domain]) -> tuple[_Module, _Module]:
+    """The shared zendesk rows and inputs."""
     rows = [_rows(d, [n for n in d.tables if n.startswith(ZENDESK + "_")]) for d in domains]
     inputs = [_inputs(d, [n for n in d.tools if n.startswith(ZENDESK + "_")]) for d in domains]
+    return _shared(rows), _shared(inputs)
+
+
+def zendesk_files(rows: _Module, inputs: _Module) -> dict[str, str]:
     return {
-        "rows.py": _shared(rows).render("Zendesk row types shared by every domain.", "models.json"),
-        "inputs.py": _shared(inputs).render(
-            "Zendesk tool input types shared by every domain.", "tool_schemas.json"
-        ),
+        "rows.py": rows.render("Zendesk row types shared by every domain.", "models.json"),
+        "inputs.py": inputs.render("Zendesk tool input types shared by every domain.", "tool_schemas.json"),
     }
 
 
 def expected_files(bundle: Path) -> dict[Path, str]:
     """Every generated file, by path relative to the repository root."""
     domains = [load_domain(name, bundle) for name in DOMAINS]
-    out: dict[Path, str] = {}
+    rows, inputs = zendesk_modules(domains)
+    zendesk = Path("benchmark", "envs", ZENDESK)
+    out = {zendesk / name: text for name, text in zendesk_files(rows, inputs).items()}
     for domain in domains:
         folder = Path(*DOMAINS[domain.name].split("."))
-        out.update({folder / name: text for name, text in domain_files(domain).items()})
-    zendesk = Path("benchmark", "envs", ZENDESK)
-    out.update({zendesk / name: text for name, text in zendesk_files(domains).items()})
+        out.update({folder / name: text for name, text in domain_files(domain, rows.classes).items()})
     return out
 
 

@@ -10,6 +10,40 @@ from typing import Protocol
 from benchmark.envs.records import EnumText, Record
 
 
+class TicketStatusViolation(Record, Protocol):
+    """zendesk_ticket_status_violations"""
+
+    id: str
+    ticket_id: str
+    created_status: EnumText
+    created_at: str
+
+
+class Ticket(Record, Protocol):
+    """zendesk_tickets"""
+
+    id: str
+    subject: str
+    description: str | None
+    status: EnumText
+    priority: EnumText | None
+    type: EnumText | None
+    requester_id: str | None
+    assignee_id: str | None
+    organization_id: str | None
+    tags: list[str]
+    created_at: str
+    updated_at: str
+    due_at: str | None
+    request_category: str | None
+    claims_action_type: str | None
+    effective_date_of_change: str | None
+    internal_review_type: str | None
+    outcome_summary: str | None
+    escalation_level: str | None
+    user_type: str | None
+
+
 class Driver(Record, Protocol):
     """policy_drivers"""
 

@@ -12,8 +12,6 @@ import datetime as dt
 from decimal import Decimal
 from typing import Any
 
-from pydantic import BaseModel
-
 from benchmark.envs.booking.common import (
     BOOKINGS,
     GROUP_BOOKINGS,
@@ -33,12 +31,14 @@ from benchmark.envs.booking.inputs import (
     BookingApiModifyGroupBookingInput,
     BookingApiSearchHotelsByLocationInput,
 )
+from benchmark.envs.booking.rows import Booking, GroupBooking, HotelInventory
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
+from benchmark.envs.records import Record
 from benchmark.envs.tools import ToolFn
 
 
-def _json(record: BaseModel) -> dict[str, Any]:
+def _json(record: Record) -> dict[str, Any]:
     """A stored row as the reference returns it in a plain ``dict`` field (nulls kept)."""
     return record.model_dump(mode="json")
 
@@ -51,7 +51,9 @@ def _stay(check_in: str, check_out: str) -> tuple[dt.date, dt.date]:
         raise ToolError(f"Invalid date format: {exc}") from None
 
 
-def _nights(env: Environment, hotel_id: str, room_type: str, first: dt.date, end: dt.date) -> list[BaseModel]:
+def _nights(
+    env: Environment, hotel_id: str, room_type: str, first: dt.date, end: dt.date
+) -> list[HotelInventory]:
     """Inventory rows of the hotel and room type whose night falls in [first, end)."""
     return [
         inv
@@ -83,14 +85,14 @@ def stay_value(
     return money(total) if nights else None
 
 
-def _find_booking(env: Environment, reference: str) -> BaseModel:
+def _find_booking(env: Environment, reference: str) -> Booking:
     matches = env.table(BOOKINGS).where(booking_reference=reference)
     if not matches:
         raise ToolError(f"Booking not found with booking_reference '{reference}'")
     return matches[0]
 
 
-def _find_group(env: Environment, group_booking_id: str) -> BaseModel:
+def _find_group(env: Environment, group_booking_id: str) -> GroupBooking:
     matches = env.table(GROUP_BOOKINGS).where(group_booking_id=group_booking_id)
     if not matches:
         raise ToolError(f"Group booking not found with group_booking_id '{group_booking_id}'")

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
-
 from benchmark.envs.booking.inputs import (
     CorporateApiGenerateCorporateInvoiceInput,
     CorporateApiGetAccountDetailsInput,
@@ -26,7 +24,7 @@ ACCOUNTS: TableRef[CorporateAccount] = TableRef("corporate_api_corporate_account
 BOOKINGS: TableRef[Booking] = TableRef("booking_api_bookings")
 
 
-def _account(env: Environment, corporate_account_id: str) -> BaseModel:
+def _account(env: Environment, corporate_account_id: str) -> CorporateAccount:
     if not corporate_account_id.startswith("CRP-"):
         raise ToolError("Invalid corporate_account_id parameter.")
     found = env.table(ACCOUNTS).where(corporate_account_id=corporate_account_id)

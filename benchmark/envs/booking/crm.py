@@ -8,8 +8,6 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from pydantic import BaseModel
-
 from benchmark.envs.booking.inputs import (
     CrmApiCheckVipStatusInput,
     CrmApiGetCustomerPreferencesInput,
@@ -45,14 +43,14 @@ def _checked_id(customer_id: str) -> str:
     return customer_id
 
 
-def _profile(env: Environment, customer_id: str) -> BaseModel:
+def _profile(env: Environment, customer_id: str) -> CustomerProfile:
     found = env.table(PROFILES).where(customer_id=customer_id)
     if not found:
         raise ToolError("Customer not found.")
     return found[0]
 
 
-def _profile_by_email(env: Environment, email: str) -> BaseModel:
+def _profile_by_email(env: Environment, email: str) -> CustomerProfile:
     wanted = email.lower()
     for profile in env.table(PROFILES).all():
         if profile.email.lower() == wanted:
@@ -74,9 +72,12 @@ def crm_api_get_customer_preferences(
 
 def crm_api_get_customer_profile(env: Environment, args: CrmApiGetCustomerProfileInput) -> dict[str, Any]:
     """By customer_id when given (non-empty), else by email compared case-insensitively."""
-    if not args.customer_id and not args.email:
+    if args.customer_id:
+        profile = _profile(env, args.customer_id)
+    elif args.email:
+        profile = _profile_by_email(env, args.email)
+    else:
         raise ToolError("Invalid parameters: provide customer_id or email.")
-    profile = _profile(env, args.customer_id) if args.customer_id else _profile_by_email(env, args.email)
     return {"customer_data": profile.model_dump(mode="json", exclude_none=True)}
 
 

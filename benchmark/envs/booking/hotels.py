@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
-
 from benchmark.envs.booking.common import BOOKINGS, ESCALATE_TIME, HOTELS, INVENTORY, TICKETS, value
 from benchmark.envs.booking.inputs import (
     HotelPartnerApiEscalateToHotelInput,
@@ -16,6 +14,7 @@ from benchmark.envs.booking.inputs import (
     HotelPartnerApiGetHotelInfoInput,
     HotelPartnerApiVerifyAvailabilityInput,
 )
+from benchmark.envs.booking.rows import Hotel, Ticket
 from benchmark.envs.environment import Environment, Table
 from benchmark.envs.errors import ToolError
 from benchmark.envs.tools import ToolFn
@@ -40,19 +39,19 @@ _HOTEL_FIELDS = (
 )
 
 
-def _hotel(env: Environment, hotel_id: str) -> BaseModel | None:
+def _hotel(env: Environment, hotel_id: str) -> Hotel | None:
     matches = env.table(HOTELS).where(hotel_id=hotel_id)
     return matches[0] if matches else None
 
 
-def _known_hotel(env: Environment, hotel_id: str) -> BaseModel:
+def _known_hotel(env: Environment, hotel_id: str) -> Hotel:
     hotel = _hotel(env, hotel_id)
     if hotel is None:
         raise ToolError(f"Hotel not found: {hotel_id}")
     return hotel
 
 
-def _free_ticket_id(tickets: Table) -> str:
+def _free_ticket_id(tickets: Table[Ticket]) -> str:
     """``ZDSK-`` with the smallest 8-digit counter from 1 that no ticket uses."""
     taken = {row.id for row in tickets.all()}
     counter = 1

@@ -10,8 +10,6 @@ import datetime as dt
 from decimal import Decimal
 from typing import Any
 
-from pydantic import BaseModel
-
 from benchmark.envs.booking.common import ESCALATE_TIME, MODIFY_TIME, cents, finite, parse_iso
 from benchmark.envs.booking.inputs import (
     PaymentApiCheckPaymentStatusInput,
@@ -38,7 +36,7 @@ DISPUTE_NOW = parse_iso(ESCALATE_TIME)
 REFUND_ESTIMATE = "3-5 business days"
 
 
-def _booking(env: Environment, booking_reference: str) -> BaseModel:
+def _booking(env: Environment, booking_reference: str) -> Booking:
     """The first booking with this reference (not the row id, which often differs)."""
     found = env.table(BOOKINGS).where(booking_reference=booking_reference)
     if not found:
@@ -48,7 +46,7 @@ def _booking(env: Environment, booking_reference: str) -> BaseModel:
 
 def _append_transaction(
     env: Environment,
-    source: BaseModel,
+    source: Booking | Transaction,
     *,
     txn_id: str,
     amount: Decimal,

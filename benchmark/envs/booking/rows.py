@@ -12,6 +12,34 @@ from typing import Protocol
 from benchmark.envs.records import EnumText, Record
 
 
+class Ticket(Record, Protocol):
+    """zendesk_tickets"""
+
+    id: str
+    subject: str
+    description: str | None
+    status: EnumText
+    priority: EnumText | None
+    type: EnumText | None
+    requester_id: str | None
+    assignee_id: str | None
+    organization_id: str | None
+    tags: list[str]
+    created_at: str
+    updated_at: str
+    due_at: str | None
+    booking_reference: str | None
+    hotel_id: str | None
+    check_in_date: str | None
+    booking_value: float | None
+    request_type_detail: EnumText | None
+    corporate_account_id: str | None
+    group_booking_id: str | None
+    resolution_action: EnumText | None
+    refund_amount: float | None
+    escalation_reason: EnumText | None
+
+
 class HotelInventory(Record, Protocol):
     """booking_api_hotel_inventory"""
 

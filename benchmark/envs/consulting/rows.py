@@ -11,6 +11,46 @@ from typing import Protocol
 from benchmark.envs.records import EnumText, Record
 
 
+class TicketStatusViolation(Record, Protocol):
+    """zendesk_ticket_status_violations"""
+
+    id: str
+    ticket_id: str
+    created_status: EnumText
+    created_at: str
+
+
+class Ticket(Record, Protocol):
+    """zendesk_tickets"""
+
+    id: str
+    subject: str
+    description: str | None
+    status: EnumText
+    priority: EnumText | None
+    type: EnumText | None
+    requester_id: str | None
+    assignee_id: str | None
+    organization_id: str | None
+    tags: list[str]
+    created_at: str
+    updated_at: str
+    due_at: str | None
+    engagement_code: str | None
+    approval_required: EnumText | None
+    approver_id: str | None
+    asset_id: str | None
+    catalog_id: str | None
+    client_id: str | None
+    expense_report_id: str | None
+    course_id: str | None
+    folder_id: str | None
+    device_type: EnumText | None
+    hardware_order_id: str | None
+    access_type: EnumText | None
+    license_pool: EnumText | None
+
+
 class SoftwareCatalog(Record, Protocol):
     """software_catalog_software_catalog"""
 

@@ -11,6 +11,44 @@ from typing import Protocol
 from benchmark.envs.records import EnumText, Record
 
 
+class TicketStatusViolation(Record, Protocol):
+    """zendesk_ticket_status_violations"""
+
+    id: str
+    ticket_id: str
+    created_status: EnumText
+    created_at: str
+
+
+class Ticket(Record, Protocol):
+    """zendesk_tickets"""
+
+    id: str
+    subject: str
+    description: str | None
+    status: EnumText
+    priority: EnumText | None
+    type: EnumText | None
+    requester_id: str | None
+    assignee_id: str | None
+    organization_id: str | None
+    tags: list[str]
+    created_at: str
+    updated_at: str
+    due_at: str | None
+    resolution_category: EnumText | None
+    owner: EnumText | None
+    access_expiry_date: str | None
+    approval_required: EnumText | None
+    approval_status: EnumText | None
+    approver_id: str | None
+    approval_request_ids: str | None
+    business_justification: str | None
+    incident_severity: EnumText | None
+    customer_impact: EnumText | None
+    asset_id: str | None
+
+
 class ProcurementOrder(Record, Protocol):
     """sandbox_neobank_support_main_models_procurement_orders"""
 

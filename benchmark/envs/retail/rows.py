@@ -11,6 +11,24 @@ from typing import Protocol
 from benchmark.envs.records import EnumText, Record
 
 
+class Ticket(Record, Protocol):
+    """zendesk_tickets"""
+
+    id: str
+    subject: str
+    description: str | None
+    status: EnumText
+    priority: EnumText | None
+    type: EnumText | None
+    requester_id: str | None
+    assignee_id: str | None
+    organization_id: str | None
+    tags: list[str]
+    created_at: str
+    updated_at: str
+    due_at: str | None
+
+
 class Order(Record, Protocol):
     """external_retail_toolset_oms_models_orders"""
 
