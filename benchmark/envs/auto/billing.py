@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
-
 from benchmark.envs.auto.inputs import (
     BillingCreateInstallmentPlanInput,
     BillingGetAccountDetailsInput,
@@ -26,14 +24,14 @@ from benchmark.envs.tools import ToolFn
 ACCOUNTS: TableRef[BillingAccount] = TableRef("billing_billing_accounts")
 
 
-def _account(env: Environment, policy_id: str) -> BaseModel:
+def _account(env: Environment, policy_id: str) -> BillingAccount:
     found = env.table(ACCOUNTS).where(policy_id=policy_id)
     if not found:
         raise ToolError(f"No billing account found for policy_id '{policy_id}'.")
     return found[0]
 
 
-def _update(env: Environment, account: BaseModel, changes: dict[str, Any]) -> BaseModel:
+def _update(env: Environment, account: BillingAccount, changes: dict[str, Any]) -> BillingAccount:
     """Apply field changes through the row model and store them in place."""
     table = env.table(ACCOUNTS)
     updated = table.record({**account.model_dump(), **changes})

@@ -10,8 +10,6 @@ import datetime as dt
 import hashlib
 from typing import Any
 
-from pydantic import BaseModel
-
 from benchmark.envs.auto.inputs import (
     ClaimsCheckOpenMajorClaimsInput,
     ClaimsCreateFnolInput,
@@ -42,11 +40,11 @@ def _require_policy(env: Environment, policy_id: str) -> None:
         raise ToolError(f"Policy '{policy_id}' not found.")
 
 
-def _is_open(claim: BaseModel) -> bool:
+def _is_open(claim: Claim) -> bool:
     return claim.claim_stage.value.startswith(OPEN_PREFIX)
 
 
-def _claim_item(claim: BaseModel) -> dict[str, Any]:
+def _claim_item(claim: Claim) -> dict[str, Any]:
     return {
         "claim_id": claim.id,
         "date_of_loss": claim.date_of_loss,

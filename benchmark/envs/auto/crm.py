@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
-
 from benchmark.envs.auto.inputs import (
     CrmGetCustomerByEmailInput,
     CrmGetCustomerProfileInput,
@@ -20,7 +18,7 @@ from benchmark.envs.tools import ToolFn
 CUSTOMERS: TableRef[Customer] = TableRef("crm_customers")
 
 
-def _customer(env: Environment, customer_id: str) -> BaseModel:
+def _customer(env: Environment, customer_id: str) -> Customer:
     customer = env.table(CUSTOMERS).get(customer_id)
     if customer is None:
         raise ToolError(f"Customer with ID '{customer_id}' not found")
@@ -64,8 +62,8 @@ def crm_verify_identity(env: Environment, args: CrmVerifyIdentityInput) -> dict[
     customer = _customer(env, args.customer_id)
     if args.ssn_last_4:
         return {"verified": customer.ssn_last_4 == args.ssn_last_4, "verification_method": "ssn"}
-    stored = customer.security_answer
-    verified = stored is not None and stored.lower() == args.security_answer.lower()
+    stored, answer = customer.security_answer, args.security_answer
+    verified = stored is not None and answer is not None and stored.lower() == answer.lower()
     return {"verified": verified, "verification_method": "security_question"}
 
 

@@ -12,8 +12,6 @@ import enum
 import hashlib
 from typing import Any
 
-from pydantic import BaseModel
-
 from benchmark.envs.auto.inputs import (
     LookupValidateVinInput,
     PolicyAddDriverInput,
@@ -31,7 +29,7 @@ from benchmark.envs.auto.inputs import (
 from benchmark.envs.auto.rows import Driver, Policy, PolicyDocument, Vehicle
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
-from benchmark.envs.records import TableRef
+from benchmark.envs.records import R, TableRef
 from benchmark.envs.tools import ToolFn
 
 POLICIES: TableRef[Policy] = TableRef("policy_policies")
@@ -88,14 +86,14 @@ def _value(value: Any) -> Any:
     return value.value if isinstance(value, enum.Enum) else value
 
 
-def _policy(env: Environment, policy_id: str) -> BaseModel:
+def _policy(env: Environment, policy_id: str) -> Policy:
     policy = env.table(POLICIES).get(policy_id)
     if policy is None:
         raise ToolError(f"Policy with ID '{policy_id}' not found")
     return policy
 
 
-def _update(env: Environment, table_name: str, record: BaseModel, changes: dict[str, Any]) -> BaseModel:
+def _update(env: Environment, table_name: TableRef[R], record: R, changes: dict[str, Any]) -> R:
     table = env.table(table_name)
     updated = table.record({**record.model_dump(), **changes})
     table.save(updated)
