@@ -69,18 +69,18 @@ def _enum_values(table: str, field: str, env: Environment) -> frozenset[str]:
     return frozenset(m.value for m in annotation)  # type: ignore[union-attr]
 
 
-def _asset(env: Environment, asset_id: str) -> BaseModel:
+def _asset(env: Environment, asset_id: str) -> HardwareAsset:
     asset = env.table(ASSETS).get(asset_id)
     if asset is None:
         raise ToolError(f"Asset not found: {asset_id}")
     return asset
 
 
-def _active_assignments(env: Environment, **equals: Any) -> list[BaseModel]:
+def _active_assignments(env: Environment, **equals: Any) -> list[AssetAssignment]:
     return [a for a in env.table(ASSIGNMENTS).where(**equals) if a.is_active]
 
 
-def _age_months(asset: BaseModel) -> int:
+def _age_months(asset: HardwareAsset) -> int:
     """Whole 30-day periods since purchase; a naive purchase date is taken as UTC."""
     raw = asset.purchase_date
     if not raw:
@@ -94,7 +94,7 @@ def _age_months(asset: BaseModel) -> int:
     return int((ASSET_NOW - purchased).days / 30)
 
 
-def _license(env: Environment, software_name: str) -> BaseModel | None:
+def _license(env: Environment, software_name: str) -> SoftwareLicense | None:
     wanted = software_name.lower()
     for pool in env.table(LICENSES).all():
         if pool.software_name.lower() == wanted:
@@ -102,7 +102,7 @@ def _license(env: Environment, software_name: str) -> BaseModel | None:
     return None
 
 
-def _active_allocations(env: Environment, license_id: str) -> list[BaseModel]:
+def _active_allocations(env: Environment, license_id: str) -> list[LicenseAllocation]:
     return [a for a in env.table(ALLOCATIONS).where(license_id=license_id) if a.is_active]
 
 
@@ -197,13 +197,16 @@ def asset_management_api_get_employee_devices(
             continue
         age = _age_months(asset)
         try:
-            device = DeviceInfo(
-                asset_id=asset.id,
-                device_type=value(asset.device_type),
-                device_model=asset.device_model,
-                assigned_at=assignment.assigned_at,
-                condition=value(asset.condition),
-                age_months=age,
+            # assigned_at may be None (see DeviceInfo), so the data goes through validation as a dict.
+            device = DeviceInfo.model_validate(
+                {
+                    "asset_id": asset.id,
+                    "device_type": value(asset.device_type),
+                    "device_model": asset.device_model,
+                    "assigned_at": assignment.assigned_at,
+                    "condition": value(asset.condition),
+                    "age_months": age,
+                }
             )
         except ValidationError as exc:
             raise ToolError(str(exc)) from exc

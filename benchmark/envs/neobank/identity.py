@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
@@ -37,6 +37,7 @@ from benchmark.envs.neobank.inputs import (
     WorkdayApiGetManagerChainInput,
     WorkdayApiGetOrgStructureInput,
 )
+from benchmark.envs.neobank.rows import Employee, OktaAppAccess
 from benchmark.envs.tools import ToolFn
 
 MAX_BYPASS_HOURS = 4
@@ -44,14 +45,14 @@ MFA_DEVICE_OPERATIONS = ("add_mfa_device", "remove_mfa_device")
 INCIDENT_WINDOW = dt.timedelta(hours=24)
 
 
-def _employee(env: Environment, email: str, message: str = "Employee not found") -> BaseModel:
+def _employee(env: Environment, email: str, message: str = "Employee not found") -> Employee:
     employee = employee_by_email(env, email)
     if employee is None:
         raise ToolError(f"{message}: {email}")
     return employee
 
 
-def _active_access(env: Environment, employee_id: str, app_name: str) -> list[BaseModel]:
+def _active_access(env: Environment, employee_id: str, app_name: str) -> list[OktaAppAccess]:
     return [a for a in env.table(OKTA_APPS).where(employee_id=employee_id, app_name=app_name) if a.is_active]
 
 
@@ -147,16 +148,18 @@ def okta_security_api_execute_action(
     if operation in MFA_DEVICE_OPERATIONS and not args.mfa_device_id:
         raise ToolError(f"mfa_device_id is required for {operation} operation")
     is_bypass = operation == "set_temporary_bypass"
+    bypass_hours: int | None = None
     if is_bypass:
-        if not args.bypass_duration_hours:
+        bypass_hours = args.bypass_duration_hours
+        if not bypass_hours:
             raise ToolError("bypass_duration_hours is required for set_temporary_bypass operation")
-        if args.bypass_duration_hours > MAX_BYPASS_HOURS:
+        if bypass_hours > MAX_BYPASS_HOURS:
             raise ToolError(f"bypass_duration_hours cannot exceed {MAX_BYPASS_HOURS} hours")
     table = env.table(SECURITY_AUDIT)
     audit_id = next_id(table, "OSA")
     expires_at: dt.datetime | None = None
-    if is_bypass:
-        expires_at = INCIDENT_NOW + dt.timedelta(hours=args.bypass_duration_hours)
+    if bypass_hours is not None:  # a bypass (its hours were checked above)
+        expires_at = INCIDENT_NOW + dt.timedelta(hours=bypass_hours)
     elif args.bypass_expires_at:
         try:
             dt.datetime.fromisoformat(args.bypass_expires_at.replace("Z", "+00:00"))
