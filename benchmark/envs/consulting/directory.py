@@ -12,8 +12,6 @@ import enum
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel
-
 from benchmark.envs.consulting.actions import free_id
 from benchmark.envs.consulting.inputs import (
     ApprovalCreateRequestInput,
@@ -39,7 +37,7 @@ from benchmark.envs.consulting.rows import (
 )
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
-from benchmark.envs.records import TableRef
+from benchmark.envs.records import Record, TableRef
 from benchmark.envs.tools import ToolFn
 
 CATALOG: TableRef[SoftwareCatalog] = TableRef("software_catalog_software_catalog")
@@ -63,17 +61,17 @@ def _out(value: Any) -> Any:
     return value
 
 
-def _pick(record: BaseModel, fields: Iterable[str]) -> dict[str, Any]:
+def _pick(record: Record, fields: Iterable[str]) -> dict[str, Any]:
     """The given fields of a record in output form, without the ``None`` ones."""
     out = {name: _out(getattr(record, name)) for name in fields}
     return {k: v for k, v in out.items() if v is not None}
 
 
-def _catalog_item(software: BaseModel) -> dict[str, Any]:
+def _catalog_item(software: SoftwareCatalog) -> dict[str, Any]:
     return _pick(software, ("id", "name", "annual_cost", "pool_type"))
 
 
-def _employee(env: Environment, email: str) -> BaseModel | None:
+def _employee(env: Environment, email: str) -> Employee | None:
     found = env.table(EMPLOYEES).where(email=email)
     return found[0] if found else None
 
