@@ -56,8 +56,8 @@ from __future__ import annotations
 '''
 
 
-class _Module:
-    """The classes of one generated module and the names they use."""
+class ProtocolModule:
+    """The Protocol classes of one generated module (``add_model``) and its source text (``render``)."""
 
     def __init__(self) -> None:
         self.classes: dict[str, str] = {}
@@ -83,6 +83,8 @@ class _Module:
             self.used.add("Any")
             return "Any"
         if isinstance(hint, type) and issubclass(hint, enum.Enum):
+            if not issubclass(hint, str):
+                raise TypeError(f"{owner}.{field}: enum {hint.__name__} is not str-valued (EnumText)")
             self.used.add("EnumText")
             return "EnumText"
         if isinstance(hint, type) and issubclass(hint, BaseModel):
@@ -129,16 +131,16 @@ def _implementation_module(fn: Callable[..., Any]) -> str:
     return fn.__module__
 
 
-def _rows(domain: Domain, tables: Iterable[str]) -> _Module:
-    module = _Module()
+def _rows(domain: Domain, tables: Iterable[str]) -> ProtocolModule:
+    module = ProtocolModule()
     for name in tables:
         spec = domain.tables[name]
         module.add_model(spec.model_name, spec.row_model, name)
     return module
 
 
-def _inputs(domain: Domain, tools: Iterable[str]) -> _Module:
-    module = _Module()
+def _inputs(domain: Domain, tools: Iterable[str]) -> ProtocolModule:
+    module = ProtocolModule()
     for name in tools:
         module.add_model(_camel(name) + "Input", domain.tools[name].input_model, name)
     return module
@@ -164,10 +166,10 @@ def domain_files(domain: Domain, shared: Collection[str] = ()) -> dict[str, str]
     }
 
 
-def _shared(per_domain: list[_Module]) -> _Module:
+def _shared(per_domain: list[ProtocolModule]) -> ProtocolModule:
     """The classes rendered identically in every domain (a nested class only with its owner)."""
     first, rest = per_domain[0], per_domain[1:]
-    shared = _Module()
+    shared = ProtocolModule()
     for name, text in first.classes.items():
         if all(other.classes.get(name) == text for other in rest):
             shared.classes[name] = text
@@ -175,14 +177,14 @@ def _shared(per_domain: list[_Module]) -> _Module:
     return shared
 
 
-def zendesk_modules(domains: list[Domain]) -> tuple[_Module, _Module]:
+def zendesk_modules(domains: list[Domain]) -> tuple[ProtocolModule, ProtocolModule]:
     """The shared zendesk rows and inputs."""
     rows = [_rows(d, [n for n in d.tables if n.startswith(ZENDESK + "_")]) for d in domains]
     inputs = [_inputs(d, [n for n in d.tools if n.startswith(ZENDESK + "_")]) for d in domains]
     return _shared(rows), _shared(inputs)
 
 
-def zendesk_files(rows: _Module, inputs: _Module) -> dict[str, str]:
+def zendesk_files(rows: ProtocolModule, inputs: ProtocolModule) -> dict[str, str]:
     return {
         "rows.py": rows.render("Zendesk row types shared by every domain.", "models.json"),
         "inputs.py": inputs.render("Zendesk tool input types shared by every domain.", "tool_schemas.json"),
