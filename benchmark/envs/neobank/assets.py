@@ -10,12 +10,13 @@ name; the first match wins.
 from __future__ import annotations
 
 import datetime as dt
+import enum
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from benchmark.envs.environment import Environment
-from benchmark.envs.errors import ToolError
+from benchmark.envs.errors import DataError, ToolError
 from benchmark.envs.neobank.common import PROVISION_NOW, employee_by_email, value
 from benchmark.envs.neobank.inputs import (
     AssetManagementApiAssignDeviceInput,
@@ -66,7 +67,9 @@ class DeviceInfo(BaseModel):
 def _enum_values(table: str, field: str, env: Environment) -> frozenset[str]:
     """The allowed values of an enum column, read from the table's row model."""
     annotation = env.table(table).spec.row_model.model_fields[field].annotation
-    return frozenset(m.value for m in annotation)  # type: ignore[union-attr]
+    if not (isinstance(annotation, type) and issubclass(annotation, enum.Enum)):
+        raise DataError(f"{table}.{field}: not an enum column ({annotation!r})")
+    return frozenset(m.value for m in annotation)
 
 
 def _asset(env: Environment, asset_id: str) -> HardwareAsset:
