@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator
-from typing import Any, ClassVar, Generic, Literal, Protocol, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, Self, TypeVar
 
-from pydantic.fields import FieldInfo
+from pydantic import BaseModel
 
 
 class Record(Protocol):
     """What every row and input model offers besides its fields (a subset of pydantic's BaseModel)."""
-
-    model_fields: ClassVar[dict[str, FieldInfo]]
 
     def model_dump(
         self,
@@ -51,3 +49,10 @@ class TableRef(str, Generic[R]):
     data patch or a lookup exactly as the plain name does."""
 
     __slots__ = ()
+
+
+if TYPE_CHECKING:
+
+    def _a_pydantic_model_is_a_record(model: BaseModel) -> Record:
+        """Checked by mypy: Record asks nothing of a row or input that pydantic's BaseModel lacks."""
+        return model

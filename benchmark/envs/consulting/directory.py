@@ -125,7 +125,7 @@ def workday_api(env: Environment, args: WorkdayApiInput) -> dict[str, Any]:
     employee = _employee(env, email)
     if employee is None:
         raise ToolError(f"Employee not found: {email}")
-    return {"employee_data": _pick(employee, type(employee).model_fields)}
+    return {"employee_data": _pick(employee, env.table(EMPLOYEES).spec.field_names)}
 
 
 def okta_provision_access(env: Environment, args: OktaProvisionAccessInput) -> dict[str, Any]:
@@ -152,7 +152,7 @@ def mavenlink_api(env: Environment, args: MavenlinkApiInput) -> dict[str, Any]:
         found = env.table(MV_ENGAGEMENTS).where(engagement_code=code)
         if not found:
             raise ToolError(f"Engagement not found: {code}")
-        return {"engagement_data": _pick(found[0], type(found[0]).model_fields)}
+        return {"engagement_data": _pick(found[0], env.table(MV_ENGAGEMENTS).spec.field_names)}
     if action == "get_employee_assignments":
         email = _require(args.email, "email")
         fields = ("engagement_code", "assignment_status", "start_date", "end_date", "senior_manager_email")
