@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import hashlib
-from typing import Any
+from typing import Any, overload
 
 from benchmark.envs.auto.inputs import (
     LookupValidateVinInput,
@@ -82,7 +82,13 @@ def _enum_text(member: enum.Enum) -> str:
     return f"{type(member).__name__}.{member.name}"
 
 
-def _value(value: Any) -> Any:
+@overload
+def _value(value: str) -> str: ...
+@overload
+def _value(value: None) -> None: ...
+@overload
+def _value(value: str | None) -> str | None: ...
+def _value(value: str | None) -> str | None:
     return value.value if isinstance(value, enum.Enum) else value
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
-from typing import Any
+from typing import overload
 
 from benchmark.envs.booking.rows import (
     Booking,
@@ -67,6 +67,12 @@ def parse_iso(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def value(member: Any) -> Any:
+@overload
+def value(member: str) -> str: ...
+@overload
+def value(member: None) -> None: ...
+@overload
+def value(member: str | None) -> str | None: ...
+def value(member: str | None) -> str | None:
     """An enum member's value (records and inputs hold str-Enum members of different classes)."""
     return getattr(member, "value", member)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, overload
 
 from benchmark.envs.environment import Environment, Table
 from benchmark.envs.errors import ToolError
@@ -28,7 +28,13 @@ T = TypeVar("T")
 Handler = Callable[[Environment, A], dict[str, Any]]
 
 
-def value(item: Any) -> Any:
+@overload
+def value(item: str) -> str: ...
+@overload
+def value(item: None) -> None: ...
+@overload
+def value(item: str | None) -> str | None: ...
+def value(item: str | None) -> str | None:
     """An enum member as its value (the reference's inputs use ``use_enum_values``)."""
     return item.value if isinstance(item, enum.Enum) else item
 

@@ -225,7 +225,7 @@ def _initiate(env: Environment, args: BackgroundCheckApiInput) -> dict[str, Any]
 
 def _get_timeline(env: Environment, args: BackgroundCheckApiInput) -> dict[str, Any]:
     require(args, "clearance_level")
-    return {"estimated_days": CLEARANCE_DAYS[value(args.clearance_level)]}
+    return {"estimated_days": CLEARANCE_DAYS[value(given(args.clearance_level))]}
 
 
 def background_check_api(env: Environment, args: BackgroundCheckApiInput) -> dict[str, Any]:

@@ -7,7 +7,7 @@ and patched rows included), and the tools run on two different frozen instants (
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, overload
 
 from benchmark.envs.environment import Environment, Table
 from benchmark.envs.neobank.rows import (
@@ -48,7 +48,13 @@ def employee_by_email(env: Environment, email: str) -> Employee | None:
     return found[0] if found else None
 
 
-def value(member: Any) -> Any:
+@overload
+def value(member: str) -> str: ...
+@overload
+def value(member: None) -> None: ...
+@overload
+def value(member: str | None) -> str | None: ...
+def value(member: str | None) -> str | None:
     """An enum member's value (records and inputs hold str-Enum members of different classes)."""
     return getattr(member, "value", member)
 

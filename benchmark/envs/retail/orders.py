@@ -8,7 +8,7 @@ failure stays applied (see ``create_replacement_order``).
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, overload
 
 from benchmark.envs.environment import Environment, Table
 from benchmark.envs.errors import ToolError
@@ -49,7 +49,13 @@ RESHIP_FEE = 15.00
 RESHIP_TRANSIT = dt.timedelta(days=5)
 
 
-def _value(member: Any) -> Any:
+@overload
+def _value(member: str) -> str: ...
+@overload
+def _value(member: None) -> None: ...
+@overload
+def _value(member: str | None) -> str | None: ...
+def _value(member: str | None) -> str | None:
     """An enum member's value (records and inputs hold str-Enum members)."""
     return getattr(member, "value", member)
 
