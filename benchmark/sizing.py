@@ -18,10 +18,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 from mcp import Client
+from mcp.types import RequestParamsMeta
 
 from benchmark.perf_proxy import NOTES_SERVER, _proxy_config, _Server
 
@@ -36,7 +37,7 @@ def _rss_mib(pid: int) -> float:
 async def _open_sessions(url: str, count: int, tag: str) -> None:
     async with Client(url, mode="2026-07-28", cache=None, read_timeout_seconds=120) as client:
         for i in range(count):
-            meta = {"shadowguard/session": f"sizing-{tag}-{i}"}
+            meta = cast(RequestParamsMeta, {"shadowguard/session": f"sizing-{tag}-{i}"})
             result = await client.call_tool("get_note", {"id": "n1"}, meta=meta)
             if result.is_error:
                 raise RuntimeError(f"session {i}: {result.content}")

@@ -11,13 +11,14 @@ import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, cast, overload
 
 import sqlalchemy as sa
 from pydantic import BaseModel, ValidationError
 
 from benchmark.envs.errors import DataError, ToolError, UnknownTableError
 from benchmark.envs.hashing import StableState, stable_state, state_hash
+from benchmark.envs.records import R, Record, TableRef
 from benchmark.envs.schema import TableSpec, build_table
 from benchmark.envs.store import Database, SqlState, build_metadata
 from benchmark.envs.tools import SchemaModels, Tool, ToolFn, invoke
@@ -139,25 +140,27 @@ def _read_json(path: Path) -> Any:
         raise DataError(f"{path}: invalid JSON: {exc}") from exc
 
 
-class Table:
-    """Typed access to one table for tool code. Records are instances of the table's row model."""
+class Table(Generic[R]):
+    """Typed access to one table for tool code. Records are instances of the table's row model, typed
+    as the row Protocol ``R`` of the :class:`~benchmark.envs.records.TableRef` they were fetched by."""
 
     def __init__(self, state: SqlState, spec: TableSpec) -> None:
         self._state = state
         self.spec = spec
         self.name = spec.name
 
-    def record(self, data: Mapping[str, Any]) -> BaseModel:
-        return self.spec.row_model.model_validate(data)
+    def record(self, data: Mapping[str, Any]) -> R:
+        # The row model is built from the same models.json entry the Protocol R is generated from.
+        return cast(R, self.spec.row_model.model_validate(data))
 
-    def all(self) -> list[BaseModel]:
+    def all(self) -> list[R]:
         return [self.record(r) for r in self._state.rows(self.name)]
 
-    def where(self, **equals: Any) -> list[BaseModel]:
+    def where(self, **equals: Any) -> list[R]:
         """Rows whose stored (JSON-mode) values equal the given ones, in store order."""
         return [self.record(r) for r in self._state.rows_where(self.name, **equals)]
 
-    def get(self, key: Any) -> BaseModel | None:
+    def get(self, key: Any) -> R | None:
         row = self._state.by_key(self.name, str(key))
         return None if row is None else self.record(row)
 
@@ -167,7 +170,7 @@ class Table:
     def count(self) -> int:
         return self._state.count(self.name)
 
-    def create(self, record: BaseModel) -> BaseModel:
+    def create(self, record: R) -> R:
         """Append a new record; refuse a duplicate key as the reference's ``create`` does."""
         row = record.model_dump(mode="json")
         key = self.spec.key(row)
@@ -176,7 +179,7 @@ class Table:
         self._state.append(self.name, row)
         return record
 
-    def save(self, record: BaseModel, key: Any | None = None) -> None:
+    def save(self, record: R, key: Any | None = None) -> None:
         """Replace the stored row with this record's key (or ``key``) in place."""
         row = record.model_dump(mode="json")
         target = self.spec.key(row) if key is None else str(key)
@@ -197,7 +200,9 @@ class Environment:
             domain.id, domain.metadata, domain.defaults, domain.load_defaults_into
         )
         self.state = SqlState(self.connection, domain.tables, domain.sql_tables, initial=domain.defaults)
-        self._tables = {name: Table(self.state, spec) for name, spec in domain.tables.items()}
+        self._tables: dict[str, Table[Any]] = {
+            name: Table(self.state, spec) for name, spec in domain.tables.items()
+        }
         self.closed = False
 
     def __enter__(self) -> Environment:
@@ -211,7 +216,12 @@ class Environment:
             self.closed = True
             self.database.close(self.connection, self._handle)
 
-    def table(self, name: str) -> Table:
+    @overload
+    def table(self, name: TableRef[R]) -> Table[R]: ...
+    @overload
+    def table(self, name: str) -> Table[Record]: ...
+    def table(self, name: str) -> Table[Any]:
+        """The table ``name``; a :class:`TableRef` types its records with the ref's row Protocol."""
         try:
             return self._tables[name]
         except KeyError:
@@ -264,5 +274,5 @@ class Environment:
     def state_hash(self) -> str:
         return state_hash(self.stable_state())
 
-    def iter_tables(self) -> Iterator[Table]:
+    def iter_tables(self) -> Iterator[Table[Record]]:
         return iter(self._tables.values())

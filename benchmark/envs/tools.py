@@ -25,7 +25,10 @@ from benchmark.envs.errors import DataError, ToolError
 if TYPE_CHECKING:
     from benchmark.envs.environment import Environment
 
-ToolFn = Callable[["Environment", BaseModel], Mapping[str, Any]]
+ToolFn = Callable[["Environment", Any], Mapping[str, Any]]
+"""A tool implementation: ``(env, args) -> output``. ``args`` is the instance of the input model built from
+the tool's schema; each implementation annotates it with the tool's generated inputs Protocol
+(:mod:`benchmark.envs.typegen`), which ``tests/benchmark/envs/test_typegen.py`` checks."""
 
 
 def _enum_member_name(value: str) -> str:

@@ -15,7 +15,7 @@ unchanged::
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -31,10 +31,17 @@ from benchmark.openenv_env.models import (
     ToolCallSpec,
 )
 
-Result = StepResult[TBObservation]
+
+class Result(Protocol):
+    """What a step returns: openenv's ``StepResult[TBObservation]``, stated here because openenv ships
+    no type information."""
+
+    observation: TBObservation
+    reward: float | None
+    done: bool
 
 
-class ThinkingBoxEnv(EnvClient[Any, TBObservation, TBState]):
+class ThinkingBoxEnv(EnvClient[Any, TBObservation, TBState]):  # type: ignore[misc]  # openenv is untyped
     """Actions are the models of :mod:`benchmark.openenv_env.models` (or a raw dict, sent as is)."""
 
     def _step_payload(self, action: Any) -> dict[str, Any]:
@@ -48,26 +55,31 @@ class ThinkingBoxEnv(EnvClient[Any, TBObservation, TBState]):
         obs = dict(payload.get("observation", {}))
         reward, done = payload.get("reward"), bool(payload.get("done", False))
         observation = TBObservation(**obs, reward=reward, done=done)
-        return StepResult(observation=observation, reward=reward, done=done)
+        result: Result = StepResult(observation=observation, reward=reward, done=done)
+        return result
 
     def _parse_state(self, payload: dict[str, Any]) -> TBState:
         return TBState(**payload)
 
+    async def _step(self, action: BaseModel) -> Result:
+        result: Result = await self.step(action)
+        return result
+
     async def list_tools(self) -> Result:
-        return await self.step(ListTools())
+        return await self._step(ListTools())
 
     async def call_tool(
         self, name: str, arguments: Mapping[str, Any] | None = None, call_id: str | None = None
     ) -> Result:
-        return await self.step(CallTool(name=name, arguments=dict(arguments or {}), call_id=call_id))
+        return await self._step(CallTool(name=name, arguments=dict(arguments or {}), call_id=call_id))
 
     async def call_tools(self, calls: Sequence[Mapping[str, Any]]) -> Result:
         """``calls``: ``[{"name": ..., "arguments": {...}, "call_id": ...}, ...]``, run in order."""
-        return await self.step(CallTools(calls=[ToolCallSpec.model_validate(c) for c in calls]))
+        return await self._step(CallTools(calls=[ToolCallSpec.model_validate(c) for c in calls]))
 
     async def submit_message(self, content: str) -> Result:
-        return await self.step(SubmitMessage(content=content))
+        return await self._step(SubmitMessage(content=content))
 
     async def finish(self, reason: str = "done") -> Result:
         """The trusted finish: ends the episode now and grades it."""
-        return await self.step(Finish(reason=reason))
+        return await self._step(Finish(reason=reason))

@@ -8,22 +8,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
-
+from benchmark.envs.auto.inputs import (
+    BillingCreateInstallmentPlanInput,
+    BillingGetAccountDetailsInput,
+    BillingGetArrangementHistoryInput,
+    BillingGrantExtensionInput,
+    BillingResetAccountStatusInput,
+)
+from benchmark.envs.auto.rows import BillingAccount
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
+from benchmark.envs.records import TableRef
+from benchmark.envs.tools import ToolFn
 
-ACCOUNTS = "billing_billing_accounts"
+ACCOUNTS: TableRef[BillingAccount] = TableRef("billing_billing_accounts")
 
 
-def _account(env: Environment, policy_id: str) -> BaseModel:
+def _account(env: Environment, policy_id: str) -> BillingAccount:
     found = env.table(ACCOUNTS).where(policy_id=policy_id)
     if not found:
         raise ToolError(f"No billing account found for policy_id '{policy_id}'.")
     return found[0]
 
 
-def _update(env: Environment, account: BaseModel, changes: dict[str, Any]) -> BaseModel:
+def _update(env: Environment, account: BillingAccount, changes: dict[str, Any]) -> BillingAccount:
     """Apply field changes through the row model and store them in place."""
     table = env.table(ACCOUNTS)
     updated = table.record({**account.model_dump(), **changes})
@@ -31,7 +39,7 @@ def _update(env: Environment, account: BaseModel, changes: dict[str, Any]) -> Ba
     return updated
 
 
-def billing_get_account_details(env: Environment, args: BaseModel) -> dict[str, Any]:
+def billing_get_account_details(env: Environment, args: BillingGetAccountDetailsInput) -> dict[str, Any]:
     """Balance and arrangement summary; the due-date and installment details stay internal."""
     account = _account(env, args.policy_id)
     return {
@@ -46,12 +54,16 @@ def billing_get_account_details(env: Environment, args: BaseModel) -> dict[str, 
     }
 
 
-def billing_get_arrangement_history(env: Environment, args: BaseModel) -> dict[str, Any]:
+def billing_get_arrangement_history(
+    env: Environment, args: BillingGetArrangementHistoryInput
+) -> dict[str, Any]:
     """Only the rolling 12-month arrangement counter; the reference keeps no arrangement log."""
     return {"arrangements_12_months": _account(env, args.policy_id).arrangements_12_months}
 
 
-def billing_create_installment_plan(env: Environment, args: BaseModel) -> dict[str, Any]:
+def billing_create_installment_plan(
+    env: Environment, args: BillingCreateInstallmentPlanInput
+) -> dict[str, Any]:
     """Stores the caller's plan verbatim (no check against the past-due amount or tier limits)."""
     account = _account(env, args.policy_id)
     updated = _update(
@@ -67,7 +79,7 @@ def billing_create_installment_plan(env: Environment, args: BaseModel) -> dict[s
     return {"billing_account_id": updated.id, "arrangements_12_months": updated.arrangements_12_months}
 
 
-def billing_grant_extension(env: Environment, args: BaseModel) -> dict[str, Any]:
+def billing_grant_extension(env: Environment, args: BillingGrantExtensionInput) -> dict[str, Any]:
     """Moves the due date and replaces any installment plan; no eligibility or limit checks."""
     account = _account(env, args.policy_id)
     updated = _update(
@@ -85,7 +97,7 @@ def billing_grant_extension(env: Environment, args: BaseModel) -> dict[str, Any]
     return {"billing_account_id": updated.id, "arrangements_12_months": updated.arrangements_12_months}
 
 
-def billing_reset_account_status(env: Environment, args: BaseModel) -> dict[str, Any]:
+def billing_reset_account_status(env: Environment, args: BillingResetAccountStatusInput) -> dict[str, Any]:
     """Forgives the past-due balance and drops any arrangement; the arrangement counter is kept."""
     updated = _update(
         env,
@@ -102,7 +114,7 @@ def billing_reset_account_status(env: Environment, args: BaseModel) -> dict[str,
     return {"billing_account_id": updated.id, "status": updated.status.value}
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "billing_create_installment_plan": billing_create_installment_plan,
     "billing_get_account_details": billing_get_account_details,
     "billing_get_arrangement_history": billing_get_arrangement_history,

@@ -10,15 +10,23 @@ import datetime as dt
 import hashlib
 from typing import Any
 
-from pydantic import BaseModel
-
+from benchmark.envs.auto.inputs import (
+    ClaimsCheckOpenMajorClaimsInput,
+    ClaimsCreateFnolInput,
+    ClaimsGetDriverClaimsInput,
+    ClaimsGetPolicyClaimsInput,
+    ClaimsGetVehicleClaimsInput,
+)
+from benchmark.envs.auto.rows import Claim, Driver, Policy, Vehicle
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
+from benchmark.envs.records import TableRef
+from benchmark.envs.tools import ToolFn
 
-CLAIMS = "claims_claims"
-POLICIES = "policy_policies"
-VEHICLES = "policy_vehicles"
-DRIVERS = "policy_drivers"
+CLAIMS: TableRef[Claim] = TableRef("claims_claims")
+POLICIES: TableRef[Policy] = TableRef("policy_policies")
+VEHICLES: TableRef[Vehicle] = TableRef("policy_vehicles")
+DRIVERS: TableRef[Driver] = TableRef("policy_drivers")
 
 NEW_CLAIM_PREFIX = "CLM-2"
 OPEN_PREFIX = "Open"
@@ -32,11 +40,11 @@ def _require_policy(env: Environment, policy_id: str) -> None:
         raise ToolError(f"Policy '{policy_id}' not found.")
 
 
-def _is_open(claim: BaseModel) -> bool:
+def _is_open(claim: Claim) -> bool:
     return claim.claim_stage.value.startswith(OPEN_PREFIX)
 
 
-def _claim_item(claim: BaseModel) -> dict[str, Any]:
+def _claim_item(claim: Claim) -> dict[str, Any]:
     return {
         "claim_id": claim.id,
         "date_of_loss": claim.date_of_loss,
@@ -53,7 +61,7 @@ def claim_id_for(policy_id: str, date_of_loss: str, vehicle: str | None) -> str:
     return NEW_CLAIM_PREFIX + hashlib.sha256(seed.encode()).hexdigest()[:9].upper()
 
 
-def claims_create_fnol(env: Environment, args: BaseModel) -> dict[str, Any]:
+def claims_create_fnol(env: Environment, args: ClaimsCreateFnolInput) -> dict[str, Any]:
     """Idempotent on the generated id; vehicle and driver ids are stored unchecked."""
     _require_policy(env, args.policy_id)
     table = env.table(CLAIMS)
@@ -88,7 +96,7 @@ def claims_create_fnol(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"claim_id": claim.id, "claim_stage": claim.claim_stage.value}
 
 
-def claims_check_open_major_claims(env: Environment, args: BaseModel) -> dict[str, Any]:
+def claims_check_open_major_claims(env: Environment, args: ClaimsCheckOpenMajorClaimsInput) -> dict[str, Any]:
     _require_policy(env, args.policy_id)
     count = sum(
         1
@@ -109,7 +117,7 @@ def _months_back_cutoff(env: Environment, months_back: int) -> str:
     return cutoff.strftime("%Y-%m-%d")
 
 
-def claims_get_policy_claims(env: Environment, args: BaseModel) -> dict[str, Any]:
+def claims_get_policy_claims(env: Environment, args: ClaimsGetPolicyClaimsInput) -> dict[str, Any]:
     """All claims of the policy; a non-zero ``months_back`` keeps those created on or after the cutoff."""
     _require_policy(env, args.policy_id)
     claims = env.table(CLAIMS).where(policy_id=args.policy_id)
@@ -120,7 +128,7 @@ def claims_get_policy_claims(env: Environment, args: BaseModel) -> dict[str, Any
     return {"claims": items, "total_count": len(items)}
 
 
-def claims_get_driver_claims(env: Environment, args: BaseModel) -> dict[str, Any]:
+def claims_get_driver_claims(env: Environment, args: ClaimsGetDriverClaimsInput) -> dict[str, Any]:
     if not env.table(DRIVERS).exists(args.driver_id):
         raise ToolError(f"Driver '{args.driver_id}' not found.")
     claims = env.table(CLAIMS).where(driver_id=args.driver_id)
@@ -129,7 +137,7 @@ def claims_get_driver_claims(env: Environment, args: BaseModel) -> dict[str, Any
     return {"claims": [_claim_item(c) for c in claims], "has_open_claims": any(_is_open(c) for c in claims)}
 
 
-def claims_get_vehicle_claims(env: Environment, args: BaseModel) -> dict[str, Any]:
+def claims_get_vehicle_claims(env: Environment, args: ClaimsGetVehicleClaimsInput) -> dict[str, Any]:
     if not env.table(VEHICLES).exists(args.vehicle_id):
         raise ToolError(f"Vehicle '{args.vehicle_id}' not found.")
     claims = env.table(CLAIMS).where(vehicle_id=args.vehicle_id)
@@ -138,7 +146,7 @@ def claims_get_vehicle_claims(env: Environment, args: BaseModel) -> dict[str, An
     return {"claims": [_claim_item(c) for c in claims], "has_open_claims": any(_is_open(c) for c in claims)}
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "claims_check_open_major_claims": claims_check_open_major_claims,
     "claims_create_fnol": claims_create_fnol,
     "claims_get_driver_claims": claims_get_driver_claims,

@@ -4,22 +4,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
-
+from benchmark.envs.auto.inputs import (
+    CrmGetCustomerByEmailInput,
+    CrmGetCustomerProfileInput,
+    CrmVerifyIdentityInput,
+)
+from benchmark.envs.auto.rows import Customer
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
+from benchmark.envs.records import TableRef
+from benchmark.envs.tools import ToolFn
 
-CUSTOMERS = "crm_customers"
+CUSTOMERS: TableRef[Customer] = TableRef("crm_customers")
 
 
-def _customer(env: Environment, customer_id: str) -> BaseModel:
+def _customer(env: Environment, customer_id: str) -> Customer:
     customer = env.table(CUSTOMERS).get(customer_id)
     if customer is None:
         raise ToolError(f"Customer with ID '{customer_id}' not found")
     return customer
 
 
-def crm_get_customer_by_email(env: Environment, args: BaseModel) -> dict[str, Any]:
+def crm_get_customer_by_email(env: Environment, args: CrmGetCustomerByEmailInput) -> dict[str, Any]:
     """First customer whose email matches case-insensitively; emails are not unique across patches."""
     wanted = args.email.lower()
     for customer in env.table(CUSTOMERS).all():
@@ -32,7 +38,7 @@ def crm_get_customer_by_email(env: Environment, args: BaseModel) -> dict[str, An
     raise ToolError(f"No customer found with email '{args.email}'")
 
 
-def crm_get_customer_profile(env: Environment, args: BaseModel) -> dict[str, Any]:
+def crm_get_customer_profile(env: Environment, args: CrmGetCustomerProfileInput) -> dict[str, Any]:
     """Profile without the secrets: only whether an SSN is on file, and the question but not its answer."""
     customer = _customer(env, args.customer_id)
     return {
@@ -49,19 +55,19 @@ def crm_get_customer_profile(env: Environment, args: BaseModel) -> dict[str, Any
     }
 
 
-def crm_verify_identity(env: Environment, args: BaseModel) -> dict[str, Any]:
+def crm_verify_identity(env: Environment, args: CrmVerifyIdentityInput) -> dict[str, Any]:
     """SSN wins when both are given (exact match); the security answer matches case-insensitively."""
     if not args.ssn_last_4 and not args.security_answer:
         raise ToolError("Must provide either ssn_last_4 or security_answer for verification")
     customer = _customer(env, args.customer_id)
     if args.ssn_last_4:
         return {"verified": customer.ssn_last_4 == args.ssn_last_4, "verification_method": "ssn"}
-    stored = customer.security_answer
-    verified = stored is not None and stored.lower() == args.security_answer.lower()
+    stored, answer = customer.security_answer, args.security_answer
+    verified = stored is not None and answer is not None and stored.lower() == answer.lower()
     return {"verified": verified, "verification_method": "security_question"}
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "crm_get_customer_by_email": crm_get_customer_by_email,
     "crm_get_customer_profile": crm_get_customer_profile,
     "crm_verify_identity": crm_verify_identity,

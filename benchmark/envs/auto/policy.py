@@ -10,17 +10,32 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import hashlib
-from typing import Any
+from typing import Any, overload
 
-from pydantic import BaseModel
-
+from benchmark.envs.auto.inputs import (
+    LookupValidateVinInput,
+    PolicyAddDriverInput,
+    PolicyAddVehicleInput,
+    PolicyGenerateDocumentLinkInput,
+    PolicyGetPolicyDetailsInput,
+    PolicyGetPolicyDriversInput,
+    PolicyGetPolicyVehiclesInput,
+    PolicyGetVehicleDetailsInput,
+    PolicyReinstatePolicyInput,
+    PolicyScheduleCancellationInput,
+    PolicyUpdateDriverStatusInput,
+    PolicyUpdateVehicleStatusInput,
+)
+from benchmark.envs.auto.rows import Driver, Policy, PolicyDocument, Vehicle
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
+from benchmark.envs.records import R, TableRef
+from benchmark.envs.tools import ToolFn
 
-POLICIES = "policy_policies"
-DRIVERS = "policy_drivers"
-VEHICLES = "policy_vehicles"
-DOCUMENTS = "policy_policy_documents"
+POLICIES: TableRef[Policy] = TableRef("policy_policies")
+DRIVERS: TableRef[Driver] = TableRef("policy_drivers")
+VEHICLES: TableRef[Vehicle] = TableRef("policy_vehicles")
+DOCUMENTS: TableRef[PolicyDocument] = TableRef("policy_policy_documents")
 
 DOCUMENT_URL = "https://portal.horizonshield.com/docs/secure/"
 ACTIVE_DRIVER_STATUSES = ("Rated", "Excluded")
@@ -67,25 +82,31 @@ def _enum_text(member: enum.Enum) -> str:
     return f"{type(member).__name__}.{member.name}"
 
 
-def _value(value: Any) -> Any:
+@overload
+def _value(value: str) -> str: ...
+@overload
+def _value(value: None) -> None: ...
+@overload
+def _value(value: str | None) -> str | None: ...
+def _value(value: str | None) -> str | None:
     return value.value if isinstance(value, enum.Enum) else value
 
 
-def _policy(env: Environment, policy_id: str) -> BaseModel:
+def _policy(env: Environment, policy_id: str) -> Policy:
     policy = env.table(POLICIES).get(policy_id)
     if policy is None:
         raise ToolError(f"Policy with ID '{policy_id}' not found")
     return policy
 
 
-def _update(env: Environment, table_name: str, record: BaseModel, changes: dict[str, Any]) -> BaseModel:
+def _update(env: Environment, table_name: TableRef[R], record: R, changes: dict[str, Any]) -> R:
     table = env.table(table_name)
     updated = table.record({**record.model_dump(), **changes})
     table.save(updated)
     return updated
 
 
-def policy_get_policy_details(env: Environment, args: BaseModel) -> dict[str, Any]:
+def policy_get_policy_details(env: Environment, args: PolicyGetPolicyDetailsInput) -> dict[str, Any]:
     """The policy row under output names; lapse_start/lapse_end are not part of the output."""
     policy = _policy(env, args.policy_id)
     return {
@@ -106,7 +127,7 @@ def policy_get_policy_details(env: Environment, args: BaseModel) -> dict[str, An
     }
 
 
-def policy_get_policy_drivers(env: Environment, args: BaseModel) -> dict[str, Any]:
+def policy_get_policy_drivers(env: Environment, args: PolicyGetPolicyDriversInput) -> dict[str, Any]:
     """Drivers of an existing policy in store order; ``active_only`` drops Removed drivers."""
     _policy(env, args.policy_id)
     drivers = env.table(DRIVERS).where(policy_id=args.policy_id)
@@ -127,7 +148,7 @@ def policy_get_policy_drivers(env: Environment, args: BaseModel) -> dict[str, An
     return {"drivers": listed, "driver_count": len(listed)}
 
 
-def policy_get_policy_vehicles(env: Environment, args: BaseModel) -> dict[str, Any]:
+def policy_get_policy_vehicles(env: Environment, args: PolicyGetPolicyVehiclesInput) -> dict[str, Any]:
     """Vehicles of an existing policy in store order; ``active_only`` keeps Active ones."""
     _policy(env, args.policy_id)
     vehicles = env.table(VEHICLES).where(policy_id=args.policy_id)
@@ -148,7 +169,7 @@ def policy_get_policy_vehicles(env: Environment, args: BaseModel) -> dict[str, A
     return {"vehicles": listed, "vehicle_count": len(listed)}
 
 
-def policy_get_vehicle_details(env: Environment, args: BaseModel) -> dict[str, Any]:
+def policy_get_vehicle_details(env: Environment, args: PolicyGetVehicleDetailsInput) -> dict[str, Any]:
     vehicle = env.table(VEHICLES).get(args.vehicle_id)
     if vehicle is None:
         raise ToolError(f"Vehicle with ID '{args.vehicle_id}' not found")
@@ -169,7 +190,7 @@ def policy_get_vehicle_details(env: Environment, args: BaseModel) -> dict[str, A
     }
 
 
-def policy_add_driver(env: Environment, args: BaseModel) -> dict[str, Any]:
+def policy_add_driver(env: Environment, args: PolicyAddDriverInput) -> dict[str, Any]:
     """Rejects a second driver with the same name and date of birth on the policy; no eligibility rules."""
     _policy(env, args.policy_id)
     drivers = env.table(DRIVERS)
@@ -204,7 +225,7 @@ def policy_add_driver(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"driver_id": driver_id, "status": args.status.value}
 
 
-def policy_add_vehicle(env: Environment, args: BaseModel) -> dict[str, Any]:
+def policy_add_vehicle(env: Environment, args: PolicyAddVehicleInput) -> dict[str, Any]:
     """Rejects a VIN already on the policy; new vehicles are Active with collision and comprehensive."""
     _policy(env, args.policy_id)
     vehicles = env.table(VEHICLES)
@@ -237,7 +258,7 @@ def policy_add_vehicle(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"vehicle_id": vehicle_id}
 
 
-def policy_generate_document_link(env: Environment, args: BaseModel) -> dict[str, Any]:
+def policy_generate_document_link(env: Environment, args: PolicyGenerateDocumentLinkInput) -> dict[str, Any]:
     """Idempotent per (policy, document type, ticket); created_at is the expiration date for determinism."""
     _policy(env, args.policy_id)
     try:
@@ -269,7 +290,7 @@ def policy_generate_document_link(env: Environment, args: BaseModel) -> dict[str
     return {"document_id": document_id, "url": url, "expires_at": args.expiration_date}
 
 
-def policy_schedule_cancellation(env: Environment, args: BaseModel) -> dict[str, Any]:
+def policy_schedule_cancellation(env: Environment, args: PolicyScheduleCancellationInput) -> dict[str, Any]:
     """No notice-period or status check: any policy becomes Pending Cancellation."""
     policy = _policy(env, args.policy_id)
     _update(
@@ -285,7 +306,7 @@ def policy_schedule_cancellation(env: Environment, args: BaseModel) -> dict[str,
     return {"policy_id": policy.id, "status": "Pending Cancellation"}
 
 
-def policy_reinstate_policy(env: Environment, args: BaseModel) -> dict[str, Any]:
+def policy_reinstate_policy(env: Environment, args: PolicyReinstatePolicyInput) -> dict[str, Any]:
     """Active again with cancellation cleared; lapse dates are written only when a lapse is flagged."""
     policy = _policy(env, args.policy_id)
     changes: dict[str, Any] = {
@@ -300,7 +321,7 @@ def policy_reinstate_policy(env: Environment, args: BaseModel) -> dict[str, Any]
     return {"policy_id": policy.id, "status": "Active", "lapse_flag": args.lapse_flag}
 
 
-def policy_update_driver_status(env: Environment, args: BaseModel) -> dict[str, Any]:
+def policy_update_driver_status(env: Environment, args: PolicyUpdateDriverStatusInput) -> dict[str, Any]:
     """The effective date is overwritten too; Removed also records it as the removal date."""
     driver = env.table(DRIVERS).get(args.driver_id)
     if driver is None:
@@ -313,7 +334,7 @@ def policy_update_driver_status(env: Environment, args: BaseModel) -> dict[str, 
     return {"driver_id": driver.id, "status": status}
 
 
-def policy_update_vehicle_status(env: Environment, args: BaseModel) -> dict[str, Any]:
+def policy_update_vehicle_status(env: Environment, args: PolicyUpdateVehicleStatusInput) -> dict[str, Any]:
     """Unlike drivers, the vehicle's effective date stays; Removed records the removal date."""
     vehicle = env.table(VEHICLES).get(args.vehicle_id)
     if vehicle is None:
@@ -326,7 +347,7 @@ def policy_update_vehicle_status(env: Environment, args: BaseModel) -> dict[str,
     return {"vehicle_id": vehicle.id, "status": status}
 
 
-def lookup_validate_vin(env: Environment, args: BaseModel) -> dict[str, Any]:
+def lookup_validate_vin(env: Environment, args: LookupValidateVinInput) -> dict[str, Any]:
     """Format check plus the mock decode; unknown year codes or makes are simply omitted."""
     vin = args.vin.strip().upper()
     if len(vin) != 17:
@@ -342,7 +363,7 @@ def lookup_validate_vin(env: Environment, args: BaseModel) -> dict[str, Any]:
     }
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "policy_add_driver": policy_add_driver,
     "policy_add_vehicle": policy_add_vehicle,
     "policy_generate_document_link": policy_generate_document_link,

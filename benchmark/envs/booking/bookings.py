@@ -12,8 +12,6 @@ import datetime as dt
 from decimal import Decimal
 from typing import Any
 
-from pydantic import BaseModel
-
 from benchmark.envs.booking.common import (
     BOOKINGS,
     GROUP_BOOKINGS,
@@ -24,11 +22,23 @@ from benchmark.envs.booking.common import (
     parse_iso,
     value,
 )
+from benchmark.envs.booking.inputs import (
+    BookingApiCheckHotelAvailabilityInput,
+    BookingApiGetBookingHistoryInput,
+    BookingApiGetBookingInput,
+    BookingApiGetGroupBookingInput,
+    BookingApiModifyBookingInput,
+    BookingApiModifyGroupBookingInput,
+    BookingApiSearchHotelsByLocationInput,
+)
+from benchmark.envs.booking.rows import Booking, GroupBooking, HotelInventory
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
+from benchmark.envs.records import Record
+from benchmark.envs.tools import ToolFn
 
 
-def _json(record: BaseModel) -> dict[str, Any]:
+def _json(record: Record) -> dict[str, Any]:
     """A stored row as the reference returns it in a plain ``dict`` field (nulls kept)."""
     return record.model_dump(mode="json")
 
@@ -41,7 +51,9 @@ def _stay(check_in: str, check_out: str) -> tuple[dt.date, dt.date]:
         raise ToolError(f"Invalid date format: {exc}") from None
 
 
-def _nights(env: Environment, hotel_id: str, room_type: str, first: dt.date, end: dt.date) -> list[BaseModel]:
+def _nights(
+    env: Environment, hotel_id: str, room_type: str, first: dt.date, end: dt.date
+) -> list[HotelInventory]:
     """Inventory rows of the hotel and room type whose night falls in [first, end)."""
     return [
         inv
@@ -73,21 +85,23 @@ def stay_value(
     return money(total) if nights else None
 
 
-def _find_booking(env: Environment, reference: str) -> BaseModel:
+def _find_booking(env: Environment, reference: str) -> Booking:
     matches = env.table(BOOKINGS).where(booking_reference=reference)
     if not matches:
         raise ToolError(f"Booking not found with booking_reference '{reference}'")
     return matches[0]
 
 
-def _find_group(env: Environment, group_booking_id: str) -> BaseModel:
+def _find_group(env: Environment, group_booking_id: str) -> GroupBooking:
     matches = env.table(GROUP_BOOKINGS).where(group_booking_id=group_booking_id)
     if not matches:
         raise ToolError(f"Group booking not found with group_booking_id '{group_booking_id}'")
     return matches[0]
 
 
-def booking_api_check_hotel_availability(env: Environment, args: BaseModel) -> dict[str, Any]:
+def booking_api_check_hotel_availability(
+    env: Environment, args: BookingApiCheckHotelAvailabilityInput
+) -> dict[str, Any]:
     """Minimum free rooms over the stay for the board type, plus the board types free on some night.
 
     The hotel is looked up by the row id (not ``hotel_id``), as the reference's ``get_by_id`` does.
@@ -111,7 +125,7 @@ def booking_api_check_hotel_availability(env: Environment, args: BaseModel) -> d
     return {"available_count": available, "available_board_types": boards, "price_per_night": price}
 
 
-def booking_api_get_booking(env: Environment, args: BaseModel) -> dict[str, Any]:
+def booking_api_get_booking(env: Environment, args: BookingApiGetBookingInput) -> dict[str, Any]:
     """First booking with the reference, else the customer's first booking."""
     if not args.booking_reference and not args.customer_id:
         raise ToolError("Either booking_reference or customer_id must be provided")
@@ -123,14 +137,16 @@ def booking_api_get_booking(env: Environment, args: BaseModel) -> dict[str, Any]
     return {"booking_data": _json(matches[0])}
 
 
-def booking_api_get_booking_history(env: Environment, args: BaseModel) -> dict[str, Any]:
+def booking_api_get_booking_history(
+    env: Environment, args: BookingApiGetBookingHistoryInput
+) -> dict[str, Any]:
     """The customer's bookings, newest ``created_at`` (as text) first; none is not an error."""
     rows = env.table(BOOKINGS).where(customer_id=args.customer_id)
     rows = sorted(rows, key=lambda b: b.created_at, reverse=True)
     return {"bookings": [_json(b) for b in rows]}
 
 
-def booking_api_get_group_booking(env: Environment, args: BaseModel) -> dict[str, Any]:
+def booking_api_get_group_booking(env: Environment, args: BookingApiGetGroupBookingInput) -> dict[str, Any]:
     return {"group_booking_data": _json(_find_group(env, args.group_booking_id))}
 
 
@@ -138,7 +154,7 @@ _CHANGEABLE = ("check_in_date", "check_out_date", "room_type", "board_type", "ad
 _PRICED = ("check_in_date", "check_out_date", "room_type", "board_type")
 
 
-def booking_api_modify_booking(env: Environment, args: BaseModel) -> dict[str, Any]:
+def booking_api_modify_booking(env: Environment, args: BookingApiModifyBookingInput) -> dict[str, Any]:
     """Apply the given fields to a confirmed booking and re-price it from inventory.
 
     Re-pricing runs whenever a priced field is given (changed or not), and its value is kept even
@@ -190,7 +206,9 @@ def booking_api_modify_booking(env: Environment, args: BaseModel) -> dict[str, A
     return {"updated_booking": _json(record), "price_difference": str(money(difference))}
 
 
-def booking_api_modify_group_booking(env: Environment, args: BaseModel) -> dict[str, Any]:
+def booking_api_modify_group_booking(
+    env: Environment, args: BookingApiModifyGroupBookingInput
+) -> dict[str, Any]:
     """Move a group's dates; with cascade, move each member booking (any status) and re-price it."""
     groups, bookings = env.table(GROUP_BOOKINGS), env.table(BOOKINGS)
     group = _find_group(env, args.group_booking_id)
@@ -239,7 +257,9 @@ def booking_api_modify_group_booking(env: Environment, args: BaseModel) -> dict[
     }
 
 
-def booking_api_search_hotels_by_location(env: Environment, args: BaseModel) -> dict[str, Any]:
+def booking_api_search_hotels_by_location(
+    env: Environment, args: BookingApiSearchHotelsByLocationInput
+) -> dict[str, Any]:
     """Hotels whose location contains the query (case-insensitive) with a free room every night.
 
     The price is the mean nightly price over the stay, rounded half-up to cents.
@@ -276,7 +296,7 @@ def booking_api_search_hotels_by_location(env: Environment, args: BaseModel) -> 
     return {"hotels": results}
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "booking_api_check_hotel_availability": booking_api_check_hotel_availability,
     "booking_api_get_booking": booking_api_get_booking,
     "booking_api_get_booking_history": booking_api_get_booking_history,

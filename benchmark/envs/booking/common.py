@@ -9,18 +9,29 @@ from __future__ import annotations
 import datetime as dt
 import math
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
-from typing import Any
+from typing import overload
 
+from benchmark.envs.booking.rows import (
+    Booking,
+    CorporateAccount,
+    CustomerProfile,
+    GroupBooking,
+    Hotel,
+    HotelInventory,
+    Ticket,
+    Transaction,
+)
 from benchmark.envs.errors import ToolError
+from benchmark.envs.records import TableRef
 
-BOOKINGS = "booking_api_bookings"
-GROUP_BOOKINGS = "booking_api_group_bookings"
-INVENTORY = "booking_api_hotel_inventory"
-HOTELS = "hotel_partner_api_hotels"
-CORPORATE_ACCOUNTS = "corporate_api_corporate_accounts"
-CUSTOMER_PROFILES = "crm_api_customer_profiles"
-TRANSACTIONS = "payment_api_transactions"
-TICKETS = "zendesk_tickets"
+BOOKINGS: TableRef[Booking] = TableRef("booking_api_bookings")
+GROUP_BOOKINGS: TableRef[GroupBooking] = TableRef("booking_api_group_bookings")
+INVENTORY: TableRef[HotelInventory] = TableRef("booking_api_hotel_inventory")
+HOTELS: TableRef[Hotel] = TableRef("hotel_partner_api_hotels")
+CORPORATE_ACCOUNTS: TableRef[CorporateAccount] = TableRef("corporate_api_corporate_accounts")
+CUSTOMER_PROFILES: TableRef[CustomerProfile] = TableRef("crm_api_customer_profiles")
+TRANSACTIONS: TableRef[Transaction] = TableRef("payment_api_transactions")
+TICKETS: TableRef[Ticket] = TableRef("zendesk_tickets")
 
 MODIFY_TIME = "2025-11-25T10:00:00Z"
 """The clock of modify / charge / refund / invoice (bundle SPEC.md §3.3), as those tools write it."""
@@ -56,6 +67,12 @@ def parse_iso(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def value(member: Any) -> Any:
+@overload
+def value(member: str) -> str: ...
+@overload
+def value(member: None) -> None: ...
+@overload
+def value(member: str | None) -> str | None: ...
+def value(member: str | None) -> str | None:
     """An enum member's value (records and inputs hold str-Enum members of different classes)."""
     return getattr(member, "value", member)

@@ -8,16 +8,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
-
+from benchmark.envs.booking.inputs import (
+    CorporateApiGenerateCorporateInvoiceInput,
+    CorporateApiGetAccountDetailsInput,
+    CorporateApiGetCorporateBookingHistoryInput,
+    CorporateApiVerifyAccountStatusInput,
+)
+from benchmark.envs.booking.rows import Booking, CorporateAccount
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
+from benchmark.envs.records import TableRef
+from benchmark.envs.tools import ToolFn
 
-ACCOUNTS = "corporate_api_corporate_accounts"
-BOOKINGS = "booking_api_bookings"
+ACCOUNTS: TableRef[CorporateAccount] = TableRef("corporate_api_corporate_accounts")
+BOOKINGS: TableRef[Booking] = TableRef("booking_api_bookings")
 
 
-def _account(env: Environment, corporate_account_id: str) -> BaseModel:
+def _account(env: Environment, corporate_account_id: str) -> CorporateAccount:
     if not corporate_account_id.startswith("CRP-"):
         raise ToolError("Invalid corporate_account_id parameter.")
     found = env.table(ACCOUNTS).where(corporate_account_id=corporate_account_id)
@@ -26,7 +33,9 @@ def _account(env: Environment, corporate_account_id: str) -> BaseModel:
     return found[0]
 
 
-def corporate_api_generate_corporate_invoice(env: Environment, args: BaseModel) -> dict[str, Any]:
+def corporate_api_generate_corporate_invoice(
+    env: Environment, args: CorporateApiGenerateCorporateInvoiceInput
+) -> dict[str, Any]:
     """Invoice id/URL derived from the two ids; the booking must belong to the account. Nothing is stored."""
     if not args.corporate_account_id.startswith("CRP-"):
         raise ToolError("Invalid corporate_account_id parameter.")
@@ -50,12 +59,16 @@ def corporate_api_generate_corporate_invoice(env: Environment, args: BaseModel) 
     }
 
 
-def corporate_api_get_account_details(env: Environment, args: BaseModel) -> dict[str, Any]:
+def corporate_api_get_account_details(
+    env: Environment, args: CorporateApiGetAccountDetailsInput
+) -> dict[str, Any]:
     account = _account(env, args.corporate_account_id)
     return {"account_data": account.model_dump(mode="json", exclude_none=True)}
 
 
-def corporate_api_get_corporate_booking_history(env: Environment, args: BaseModel) -> dict[str, Any]:
+def corporate_api_get_corporate_booking_history(
+    env: Environment, args: CorporateApiGetCorporateBookingHistoryInput
+) -> dict[str, Any]:
     """The account's bookings, newest created_at text first (stable for ties)."""
     account = _account(env, args.corporate_account_id)
     bookings = env.table(BOOKINGS).where(corporate_account_id=account.corporate_account_id)
@@ -63,7 +76,9 @@ def corporate_api_get_corporate_booking_history(env: Environment, args: BaseMode
     return {"corporate_bookings": [b.model_dump(mode="json", exclude_none=True) for b in bookings]}
 
 
-def corporate_api_verify_account_status(env: Environment, args: BaseModel) -> dict[str, Any]:
+def corporate_api_verify_account_status(
+    env: Environment, args: CorporateApiVerifyAccountStatusInput
+) -> dict[str, Any]:
     """Active flag, expiry and booking_limit minus the account's confirmed bookings (floored at 0)."""
     account = _account(env, args.corporate_account_id)
     confirmed = len(
@@ -79,7 +94,7 @@ def corporate_api_verify_account_status(env: Environment, args: BaseModel) -> di
     }
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "corporate_api_generate_corporate_invoice": corporate_api_generate_corporate_invoice,
     "corporate_api_get_account_details": corporate_api_get_account_details,
     "corporate_api_get_corporate_booking_history": corporate_api_get_corporate_booking_history,

@@ -7,11 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
-
 from benchmark.envs.booking.common import BOOKINGS, ESCALATE_TIME, HOTELS, INVENTORY, TICKETS, value
+from benchmark.envs.booking.inputs import (
+    HotelPartnerApiEscalateToHotelInput,
+    HotelPartnerApiGetHotelContactInput,
+    HotelPartnerApiGetHotelInfoInput,
+    HotelPartnerApiVerifyAvailabilityInput,
+)
+from benchmark.envs.booking.rows import Hotel, Ticket
 from benchmark.envs.environment import Environment, Table
 from benchmark.envs.errors import ToolError
+from benchmark.envs.tools import ToolFn
 
 TICKET_ID = "ZDSK-{:08d}"
 
@@ -33,19 +39,19 @@ _HOTEL_FIELDS = (
 )
 
 
-def _hotel(env: Environment, hotel_id: str) -> BaseModel | None:
+def _hotel(env: Environment, hotel_id: str) -> Hotel | None:
     matches = env.table(HOTELS).where(hotel_id=hotel_id)
     return matches[0] if matches else None
 
 
-def _known_hotel(env: Environment, hotel_id: str) -> BaseModel:
+def _known_hotel(env: Environment, hotel_id: str) -> Hotel:
     hotel = _hotel(env, hotel_id)
     if hotel is None:
         raise ToolError(f"Hotel not found: {hotel_id}")
     return hotel
 
 
-def _free_ticket_id(tickets: Table) -> str:
+def _free_ticket_id(tickets: Table[Ticket]) -> str:
     """``ZDSK-`` with the smallest 8-digit counter from 1 that no ticket uses."""
     taken = {row.id for row in tickets.all()}
     counter = 1
@@ -54,7 +60,9 @@ def _free_ticket_id(tickets: Table) -> str:
     return TICKET_ID.format(counter)
 
 
-def hotel_partner_api_escalate_to_hotel(env: Environment, args: BaseModel) -> dict[str, Any]:
+def hotel_partner_api_escalate_to_hotel(
+    env: Environment, args: HotelPartnerApiEscalateToHotelInput
+) -> dict[str, Any]:
     """Open a high-priority incident ticket for the hotel; reply with its escalation contact."""
     hotel = _hotel(env, args.hotel_id)
     if hotel is None:
@@ -90,7 +98,9 @@ def hotel_partner_api_escalate_to_hotel(env: Environment, args: BaseModel) -> di
     }
 
 
-def hotel_partner_api_get_hotel_contact(env: Environment, args: BaseModel) -> dict[str, Any]:
+def hotel_partner_api_get_hotel_contact(
+    env: Environment, args: HotelPartnerApiGetHotelContactInput
+) -> dict[str, Any]:
     hotel = _known_hotel(env, args.hotel_id)
     return {
         "contact_name": hotel.contact_name,
@@ -100,13 +110,17 @@ def hotel_partner_api_get_hotel_contact(env: Environment, args: BaseModel) -> di
     }
 
 
-def hotel_partner_api_get_hotel_info(env: Environment, args: BaseModel) -> dict[str, Any]:
+def hotel_partner_api_get_hotel_info(
+    env: Environment, args: HotelPartnerApiGetHotelInfoInput
+) -> dict[str, Any]:
     """The hotel record; ``hotel_data`` is a model in the reference, so its nulls are dropped too."""
     row = _known_hotel(env, args.hotel_id).model_dump(mode="json")
     return {"hotel_data": {name: row[name] for name in _HOTEL_FIELDS if row[name] is not None}}
 
 
-def hotel_partner_api_verify_availability(env: Environment, args: BaseModel) -> dict[str, Any]:
+def hotel_partner_api_verify_availability(
+    env: Environment, args: HotelPartnerApiVerifyAvailabilityInput
+) -> dict[str, Any]:
     """Confirm when every inventory night in range has a free room.
 
     Nights are compared as text: the date part of the inputs against the stored ``date`` strings.
@@ -134,7 +148,7 @@ def hotel_partner_api_verify_availability(env: Environment, args: BaseModel) -> 
     return {"availability_confirmed": available > 0, "confirmation_notes": notes}
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "hotel_partner_api_escalate_to_hotel": hotel_partner_api_escalate_to_hotel,
     "hotel_partner_api_get_hotel_contact": hotel_partner_api_get_hotel_contact,
     "hotel_partner_api_get_hotel_info": hotel_partner_api_get_hotel_info,

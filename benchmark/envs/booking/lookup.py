@@ -10,16 +10,23 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import BaseModel
-
 from benchmark.envs.booking.common import BOOKINGS, CORPORATE_ACCOUNTS, GROUP_BOOKINGS, HOTELS, value
+from benchmark.envs.booking.inputs import (
+    LookupLookupCorporateAccountIdInput,
+    LookupLookupGroupBookingIdInput,
+    LookupLookupHotelIdInput,
+    LookupValidateBookingReferenceInput,
+)
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
+from benchmark.envs.tools import ToolFn
 
 _REFERENCE = re.compile(r"BKG-\d{8}")
 
 
-def lookup_lookup_corporate_account_id(env: Environment, args: BaseModel) -> dict[str, Any]:
+def lookup_lookup_corporate_account_id(
+    env: Environment, args: LookupLookupCorporateAccountIdInput
+) -> dict[str, Any]:
     """First account whose name contains the query, else first whose contact email shares the domain."""
     if not args.company_name and not args.customer_email:
         raise ToolError("Invalid parameters: provide company_name or customer_email.")
@@ -46,7 +53,7 @@ def lookup_lookup_corporate_account_id(env: Environment, args: BaseModel) -> dic
     }
 
 
-def lookup_lookup_group_booking_id(env: Environment, args: BaseModel) -> dict[str, Any]:
+def lookup_lookup_group_booking_id(env: Environment, args: LookupLookupGroupBookingIdInput) -> dict[str, Any]:
     """The group of the referenced booking, else the first group coordinated from the email."""
     if not args.booking_reference and not args.coordinator_email:
         raise ToolError("Invalid parameters: provide booking_reference or coordinator_email.")
@@ -68,7 +75,7 @@ def lookup_lookup_group_booking_id(env: Environment, args: BaseModel) -> dict[st
     }
 
 
-def lookup_lookup_hotel_id(env: Environment, args: BaseModel) -> dict[str, Any]:
+def lookup_lookup_hotel_id(env: Environment, args: LookupLookupHotelIdInput) -> dict[str, Any]:
     """Every hotel whose name or location contains the respective query (case-insensitive)."""
     if not args.hotel_name and not args.location:
         raise ToolError("Invalid parameters: provide hotel_name or location.")
@@ -84,7 +91,9 @@ def lookup_lookup_hotel_id(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"results": results}
 
 
-def lookup_validate_booking_reference(env: Environment, args: BaseModel) -> dict[str, Any]:
+def lookup_validate_booking_reference(
+    env: Environment, args: LookupValidateBookingReferenceInput
+) -> dict[str, Any]:
     """A well-formed reference is valid when a booking has it; the row id comes back."""
     if not _REFERENCE.fullmatch(args.booking_reference):
         raise ToolError("Invalid booking reference format.")
@@ -94,7 +103,7 @@ def lookup_validate_booking_reference(env: Environment, args: BaseModel) -> dict
     return {"is_valid": True, "booking_id": matches[0].id}
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "lookup_lookup_corporate_account_id": lookup_lookup_corporate_account_id,
     "lookup_lookup_group_booking_id": lookup_lookup_group_booking_id,
     "lookup_lookup_hotel_id": lookup_lookup_hotel_id,

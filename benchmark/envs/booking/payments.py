@@ -10,14 +10,24 @@ import datetime as dt
 from decimal import Decimal
 from typing import Any
 
-from pydantic import BaseModel
-
 from benchmark.envs.booking.common import ESCALATE_TIME, MODIFY_TIME, cents, finite, parse_iso
+from benchmark.envs.booking.inputs import (
+    PaymentApiCheckPaymentStatusInput,
+    PaymentApiGenerateInvoiceInput,
+    PaymentApiGetTransactionHistoryInput,
+    PaymentApiProcessChargeDisputeInput,
+    PaymentApiProcessChargeInput,
+    PaymentApiProcessRefundInput,
+    PaymentApiUpdatePaymentMethodInput,
+)
+from benchmark.envs.booking.rows import Booking, Transaction
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
+from benchmark.envs.records import TableRef
+from benchmark.envs.tools import ToolFn
 
-BOOKINGS = "booking_api_bookings"
-TRANSACTIONS = "payment_api_transactions"
+BOOKINGS: TableRef[Booking] = TableRef("booking_api_bookings")
+TRANSACTIONS: TableRef[Transaction] = TableRef("payment_api_transactions")
 
 # Frozen "now" of charge, refund and invoice (bundle SPEC.md §3.3), and of disputes.
 PAYMENT_NOW = parse_iso(MODIFY_TIME)
@@ -26,7 +36,7 @@ DISPUTE_NOW = parse_iso(ESCALATE_TIME)
 REFUND_ESTIMATE = "3-5 business days"
 
 
-def _booking(env: Environment, booking_reference: str) -> BaseModel:
+def _booking(env: Environment, booking_reference: str) -> Booking:
     """The first booking with this reference (not the row id, which often differs)."""
     found = env.table(BOOKINGS).where(booking_reference=booking_reference)
     if not found:
@@ -36,7 +46,7 @@ def _booking(env: Environment, booking_reference: str) -> BaseModel:
 
 def _append_transaction(
     env: Environment,
-    source: BaseModel,
+    source: Booking | Transaction,
     *,
     txn_id: str,
     amount: Decimal,
@@ -69,7 +79,9 @@ def _append_transaction(
     )
 
 
-def payment_api_check_payment_status(env: Environment, args: BaseModel) -> dict[str, Any]:
+def payment_api_check_payment_status(
+    env: Environment, args: PaymentApiCheckPaymentStatusInput
+) -> dict[str, Any]:
     """Status of the booking's latest transaction by created_at text; the first one wins a tie."""
     found = env.table(TRANSACTIONS).where(booking_reference=args.booking_reference)
     if not found:
@@ -82,7 +94,7 @@ def payment_api_check_payment_status(env: Environment, args: BaseModel) -> dict[
     }
 
 
-def payment_api_generate_invoice(env: Environment, args: BaseModel) -> dict[str, Any]:
+def payment_api_generate_invoice(env: Environment, args: PaymentApiGenerateInvoiceInput) -> dict[str, Any]:
     """A document URL stamped with the frozen instant; nothing is stored and invoice_type is unused."""
     _booking(env, args.booking_reference)
     stamp = PAYMENT_NOW.strftime("%Y%m%d%H%M%S")
@@ -92,7 +104,9 @@ def payment_api_generate_invoice(env: Environment, args: BaseModel) -> dict[str,
     }
 
 
-def payment_api_get_transaction_history(env: Environment, args: BaseModel) -> dict[str, Any]:
+def payment_api_get_transaction_history(
+    env: Environment, args: PaymentApiGetTransactionHistoryInput
+) -> dict[str, Any]:
     """Transactions matching every given (non-empty) filter, newest created_at text first, stable."""
     if not args.customer_id and not args.booking_reference:
         raise ToolError("Either customer_id or booking_reference must be provided")
@@ -105,7 +119,7 @@ def payment_api_get_transaction_history(env: Environment, args: BaseModel) -> di
     return {"transactions": [t.model_dump(mode="json", exclude_none=True) for t in rows]}
 
 
-def payment_api_process_charge(env: Environment, args: BaseModel) -> dict[str, Any]:
+def payment_api_process_charge(env: Environment, args: PaymentApiProcessChargeInput) -> dict[str, Any]:
     """Append a successful charge TXN-{len+1:08d} for an existing booking; the amount must be positive."""
     finite("charge_amount", args.charge_amount)
     booking = _booking(env, args.booking_reference)
@@ -125,7 +139,9 @@ def payment_api_process_charge(env: Environment, args: BaseModel) -> dict[str, A
     return {"transaction_id": txn_id, "payment_status": "successful"}
 
 
-def payment_api_process_charge_dispute(env: Environment, args: BaseModel) -> dict[str, Any]:
+def payment_api_process_charge_dispute(
+    env: Environment, args: PaymentApiProcessChargeDisputeInput
+) -> dict[str, Any]:
     """Append a pending dispute DSP-{#disputes+1:08d} against an existing transaction; amount unchecked."""
     finite("dispute_amount", args.dispute_amount)
     table = env.table(TRANSACTIONS)
@@ -148,7 +164,7 @@ def payment_api_process_charge_dispute(env: Environment, args: BaseModel) -> dic
     return {"dispute_case_id": case_id, "dispute_status": "under_review"}
 
 
-def payment_api_process_refund(env: Environment, args: BaseModel) -> dict[str, Any]:
+def payment_api_process_refund(env: Environment, args: PaymentApiProcessRefundInput) -> dict[str, Any]:
     """Append a successful refund TXN-{len+1:08d} for an existing booking; the amount is never checked."""
     finite("refund_amount", args.refund_amount)
     booking = _booking(env, args.booking_reference)
@@ -171,7 +187,9 @@ def payment_api_process_refund(env: Environment, args: BaseModel) -> dict[str, A
     }
 
 
-def payment_api_update_payment_method(env: Environment, args: BaseModel) -> dict[str, Any]:
+def payment_api_update_payment_method(
+    env: Environment, args: PaymentApiUpdatePaymentMethodInput
+) -> dict[str, Any]:
     """Only checks that the customer has a booking and echoes the token's last 4; nothing is stored."""
     if not env.table(BOOKINGS).where(customer_id=args.customer_id):
         raise ToolError(f"Customer not found: {args.customer_id}")
@@ -179,7 +197,7 @@ def payment_api_update_payment_method(env: Environment, args: BaseModel) -> dict
     return {"success": True, "payment_method_last4": token[-4:] if len(token) >= 4 else "****"}
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "payment_api_check_payment_status": payment_api_check_payment_status,
     "payment_api_generate_invoice": payment_api_generate_invoice,
     "payment_api_get_transaction_history": payment_api_get_transaction_history,

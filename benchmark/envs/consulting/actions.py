@@ -10,29 +10,51 @@ from __future__ import annotations
 import datetime as dt
 import enum
 from collections.abc import Callable, Mapping
-from typing import Any
-
-from pydantic import BaseModel
+from typing import Any, Protocol, TypeVar, overload
 
 from benchmark.envs.environment import Environment, Table
 from benchmark.envs.errors import ToolError
+from benchmark.envs.records import EnumText, R, Record
 
-Handler = Callable[[Environment, BaseModel], dict[str, Any]]
+
+class ActionInput(Record, Protocol):
+    """The input of a multi-action tool: its ``action`` selects the handler."""
+
+    action: EnumText
 
 
-def value(item: Any) -> Any:
+A = TypeVar("A", bound=ActionInput)
+T = TypeVar("T")
+Handler = Callable[[Environment, A], dict[str, Any]]
+
+
+@overload
+def value(item: str) -> str: ...
+@overload
+def value(item: None) -> None: ...
+@overload
+def value(item: str | None) -> str | None: ...
+def value(item: str | None) -> str | None:
     """An enum member as its value (the reference's inputs use ``use_enum_values``)."""
     return item.value if isinstance(item, enum.Enum) else item
 
 
-def require(args: BaseModel, *names: str) -> None:
+def require(args: Record, *names: str) -> None:
     """Refuse the call when a parameter the action needs is missing or empty, in the given order."""
     for name in names:
         if not getattr(args, name):
             raise ToolError(f"Missing required parameter: {name}")
 
 
-def free_id(table: Table, prefix: str) -> str:
+def given(item: T | None) -> T:
+    """A parameter the handler has passed to :func:`require`, typed as present from then on. ``None``
+    here means the handler uses a parameter it did not require: refused as a missing parameter."""
+    if item is None:
+        raise ToolError("Missing required parameter")
+    return item
+
+
+def free_id(table: Table[R], prefix: str) -> str:
     """``{prefix}-{n:06d}`` for the first ``n`` from 0 that no row of ``table`` uses."""
     n = 0
     while table.exists(f"{prefix}-{n:06d}"):
@@ -50,6 +72,6 @@ def compact(data: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if v is not None}
 
 
-def dispatch(handlers: Mapping[str, Handler], env: Environment, args: BaseModel) -> dict[str, Any]:
+def dispatch(handlers: Mapping[str, Handler[A]], env: Environment, args: A) -> dict[str, Any]:
     """Run the handler of ``args.action`` (the schema's enum guarantees one exists)."""
     return handlers[value(args.action)](env, args)

@@ -9,20 +9,36 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from pydantic import BaseModel
-
-from benchmark.envs.consulting.actions import compact, dispatch, free_id, iso, require, value
+from benchmark.envs.consulting.actions import compact, dispatch, free_id, given, iso, require, value
+from benchmark.envs.consulting.inputs import (
+    BackgroundCheckApiInput,
+    BoxApiInput,
+    ClientAccessApiInput,
+    NdaApiInput,
+)
+from benchmark.envs.consulting.rows import (
+    ClearanceRecord,
+    Client,
+    ClientSystemAccess,
+    Folder,
+    FolderAccessLog,
+    NdaRecord,
+    TrainingEnrollment,
+    VpnAccess,
+)
 from benchmark.envs.environment import Environment, Table
 from benchmark.envs.errors import ToolError
+from benchmark.envs.records import R, TableRef
+from benchmark.envs.tools import ToolFn
 
-VPN = "client_access_vpn_access"
-SYSTEMS = "client_access_client_system_access"
-CLEARANCES = "client_access_clearance_record"
-NDAS = "client_access_nda_record"
-CLIENTS = "salesforce_crm_clients"
-ENROLLMENTS = "degreed_training_enrollments"
-FOLDERS = "box_folders"
-FOLDER_LOGS = "box_folder_access_logs"
+VPN: TableRef[VpnAccess] = TableRef("client_access_vpn_access")
+SYSTEMS: TableRef[ClientSystemAccess] = TableRef("client_access_client_system_access")
+CLEARANCES: TableRef[ClearanceRecord] = TableRef("client_access_clearance_record")
+NDAS: TableRef[NdaRecord] = TableRef("client_access_nda_record")
+CLIENTS: TableRef[Client] = TableRef("salesforce_crm_clients")
+ENROLLMENTS: TableRef[TrainingEnrollment] = TableRef("degreed_training_enrollments")
+FOLDERS: TableRef[Folder] = TableRef("box_folders")
+FOLDER_LOGS: TableRef[FolderAccessLog] = TableRef("box_folder_access_logs")
 
 # Frozen revocation time of ``revoke_vpn`` (bundle SPEC.md §3.3).
 REVOKED_AT = dt.datetime(2025, 10, 1, 0, 0, 0, tzinfo=dt.UTC)
@@ -31,19 +47,19 @@ REVOKED_AT = dt.datetime(2025, 10, 1, 0, 0, 0, tzinfo=dt.UTC)
 CLEARANCE_DAYS = {"standard": 14, "high_security": 28}
 
 
-def _save(table: Table, record: BaseModel, **changes: Any) -> BaseModel:
+def _save(table: Table[R], record: R, **changes: Any) -> R:
     """Store ``record`` with ``changes`` applied, validated through the row model."""
     updated = table.record({**record.model_dump(), **changes})
     table.save(updated)
     return updated
 
 
-def _clearance(env: Environment, email: str) -> BaseModel | None:
+def _clearance(env: Environment, email: str) -> ClearanceRecord | None:
     """The employee's first clearance record."""
     return next((c for c in env.table(CLEARANCES).all() if c.employee_email == email), None)
 
 
-def _nda(env: Environment, email: str, client_id: str) -> BaseModel | None:
+def _nda(env: Environment, email: str, client_id: str) -> NdaRecord | None:
     """The first NDA record of this employee for this client."""
     return next(
         (n for n in env.table(NDAS).all() if n.employee_email == email and n.client_id == client_id),
@@ -51,7 +67,7 @@ def _nda(env: Environment, email: str, client_id: str) -> BaseModel | None:
     )
 
 
-def _client(env: Environment, client_id: str) -> BaseModel:
+def _client(env: Environment, client_id: str) -> Client:
     client = env.table(CLIENTS).get(client_id)
     if client is None:
         raise ToolError(f"Client not found: {client_id}")
@@ -61,7 +77,7 @@ def _client(env: Environment, client_id: str) -> BaseModel:
 # --- client access ------------------------------------------------------------------------------
 
 
-def _provision_vpn(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _provision_vpn(env: Environment, args: ClientAccessApiInput) -> dict[str, Any]:
     """Grant VPN access (client-specific when a client id is given); nothing is checked."""
     require(args, "email")
     table = env.table(VPN)
@@ -78,7 +94,7 @@ def _provision_vpn(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"success": True}
 
 
-def _check_vpn_access(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _check_vpn_access(env: Environment, args: ClientAccessApiInput) -> dict[str, Any]:
     require(args, "email")
     rows = [
         compact(
@@ -95,7 +111,7 @@ def _check_vpn_access(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"vpn_access": rows}
 
 
-def _revoke_vpn(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _revoke_vpn(env: Environment, args: ClientAccessApiInput) -> dict[str, Any]:
     """Revoke every active VPN of the employee, or only the first one for the given client.
 
     Succeeds even when nothing matched.
@@ -112,7 +128,7 @@ def _revoke_vpn(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"success": True}
 
 
-def _provision_client_system(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _provision_client_system(env: Environment, args: ClientAccessApiInput) -> dict[str, Any]:
     """Grant client-system access; prerequisites (clearance, NDA, training) are not checked."""
     require(args, "email", "client_id", "system_name", "access_type")
     table = env.table(SYSTEMS)
@@ -131,9 +147,9 @@ def _provision_client_system(env: Environment, args: BaseModel) -> dict[str, Any
     return {"success": True}
 
 
-def _check_client_requirements(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _check_client_requirements(env: Environment, args: ClientAccessApiInput) -> dict[str, Any]:
     require(args, "client_id")
-    client = _client(env, args.client_id)
+    client = _client(env, given(args.client_id))
     return {
         "requirements": {
             "clearance_level": value(client.clearance_level),
@@ -143,11 +159,11 @@ def _check_client_requirements(env: Environment, args: BaseModel) -> dict[str, A
     }
 
 
-def _get_employee_prerequisites(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _get_employee_prerequisites(env: Environment, args: ClientAccessApiInput) -> dict[str, Any]:
     """Clearance, NDA and completed trainings; missing records read as not started."""
     require(args, "email", "client_id")
-    clearance = _clearance(env, args.email)
-    nda = _nda(env, args.email, args.client_id)
+    clearance = _clearance(env, given(args.email))
+    nda = _nda(env, given(args.email), given(args.client_id))
     completed = [
         e.course_id
         for e in env.table(ENROLLMENTS).all()
@@ -160,7 +176,7 @@ def _get_employee_prerequisites(env: Environment, args: BaseModel) -> dict[str, 
     }
 
 
-def client_access_api(env: Environment, args: BaseModel) -> dict[str, Any]:
+def client_access_api(env: Environment, args: ClientAccessApiInput) -> dict[str, Any]:
     return dispatch(
         {
             "provision_vpn": _provision_vpn,
@@ -178,10 +194,10 @@ def client_access_api(env: Environment, args: BaseModel) -> dict[str, Any]:
 # --- background checks --------------------------------------------------------------------------
 
 
-def _get_status(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _get_status(env: Environment, args: BackgroundCheckApiInput) -> dict[str, Any]:
     """The employee's clearance; without a record, a standard one not yet initiated."""
     require(args, "email")
-    clearance = _clearance(env, args.email)
+    clearance = _clearance(env, given(args.email))
     if clearance is None:
         return {"clearance_data": {"clearance_level": "standard", "status": "not_initiated"}}
     return {
@@ -192,12 +208,12 @@ def _get_status(env: Environment, args: BaseModel) -> dict[str, Any]:
     }
 
 
-def _initiate(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _initiate(env: Environment, args: BackgroundCheckApiInput) -> dict[str, Any]:
     """Upsert the employee's clearance as in progress at the requested level."""
     require(args, "email", "clearance_level")
     table = env.table(CLEARANCES)
     level = value(args.clearance_level)
-    existing = _clearance(env, args.email)
+    existing = _clearance(env, given(args.email))
     if existing is None:
         table.create(
             table.record({"employee_email": args.email, "clearance_level": level, "status": "in_progress"})
@@ -207,12 +223,12 @@ def _initiate(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"success": True}
 
 
-def _get_timeline(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _get_timeline(env: Environment, args: BackgroundCheckApiInput) -> dict[str, Any]:
     require(args, "clearance_level")
-    return {"estimated_days": CLEARANCE_DAYS[value(args.clearance_level)]}
+    return {"estimated_days": CLEARANCE_DAYS[value(given(args.clearance_level))]}
 
 
-def background_check_api(env: Environment, args: BaseModel) -> dict[str, Any]:
+def background_check_api(env: Environment, args: BackgroundCheckApiInput) -> dict[str, Any]:
     return dispatch(
         {"get_status": _get_status, "initiate": _initiate, "get_timeline": _get_timeline},
         env,
@@ -223,19 +239,19 @@ def background_check_api(env: Environment, args: BaseModel) -> dict[str, Any]:
 # --- NDAs ---------------------------------------------------------------------------------------
 
 
-def _check_status(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _check_status(env: Environment, args: NdaApiInput) -> dict[str, Any]:
     """The NDA status for (employee, client); without a record, not signed."""
     require(args, "email", "client_id")
-    nda = _nda(env, args.email, args.client_id)
+    nda = _nda(env, given(args.email), given(args.client_id))
     status = "not_signed" if nda is None else value(nda.status)
     return {"signed": status == "signed", "nda_data": {"status": status}}
 
 
-def _send_for_signature(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _send_for_signature(env: Environment, args: NdaApiInput) -> dict[str, Any]:
     """Upsert the (employee, client) NDA as sent for signature, even when already signed."""
     require(args, "email", "client_id")
     table = env.table(NDAS)
-    existing = _nda(env, args.email, args.client_id)
+    existing = _nda(env, given(args.email), given(args.client_id))
     if existing is None:
         table.create(
             table.record(
@@ -247,7 +263,7 @@ def _send_for_signature(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"success": True}
 
 
-def nda_api(env: Environment, args: BaseModel) -> dict[str, Any]:
+def nda_api(env: Environment, args: NdaApiInput) -> dict[str, Any]:
     return dispatch(
         {"check_status": _check_status, "send_for_signature": _send_for_signature},
         env,
@@ -258,16 +274,16 @@ def nda_api(env: Environment, args: BaseModel) -> dict[str, Any]:
 # --- Box ----------------------------------------------------------------------------------------
 
 
-def _folder(env: Environment, folder_id: str) -> BaseModel:
+def _folder(env: Environment, folder_id: str) -> Folder:
     folder = env.table(FOLDERS).get(folder_id)
     if folder is None:
         raise ToolError(f"Folder not found: {folder_id}")
     return folder
 
 
-def _get_folder_details(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _get_folder_details(env: Environment, args: BoxApiInput) -> dict[str, Any]:
     require(args, "folder_id")
-    folder = _folder(env, args.folder_id)
+    folder = _folder(env, given(args.folder_id))
     return {
         "folder_data": compact(
             {
@@ -282,10 +298,10 @@ def _get_folder_details(env: Environment, args: BaseModel) -> dict[str, Any]:
     }
 
 
-def _grant_folder_access(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _grant_folder_access(env: Environment, args: BoxApiInput) -> dict[str, Any]:
     """Log the grant; the folder must exist, confidentiality and the employee are not checked."""
     require(args, "email", "folder_id", "permission_level")
-    _folder(env, args.folder_id)
+    _folder(env, given(args.folder_id))
     table = env.table(FOLDER_LOGS)
     table.create(
         table.record(
@@ -300,7 +316,7 @@ def _grant_folder_access(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"success": True}
 
 
-def box_api(env: Environment, args: BaseModel) -> dict[str, Any]:
+def box_api(env: Environment, args: BoxApiInput) -> dict[str, Any]:
     return dispatch(
         {"get_folder_details": _get_folder_details, "grant_folder_access": _grant_folder_access},
         env,
@@ -308,7 +324,7 @@ def box_api(env: Environment, args: BaseModel) -> dict[str, Any]:
     )
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "client_access_api": client_access_api,
     "background_check_api": background_check_api,
     "nda_api": nda_api,

@@ -8,36 +8,55 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
-
-from benchmark.envs.consulting.actions import compact, dispatch, free_id, iso, require, value
+from benchmark.envs.consulting.actions import compact, dispatch, free_id, given, iso, require, value
+from benchmark.envs.consulting.inputs import (
+    AssetManagementApiInput,
+    ConcurApiInput,
+    DegreedApiInput,
+    LicenseManagementApiInput,
+)
+from benchmark.envs.consulting.rows import (
+    Certification,
+    Client,
+    Device,
+    DeviceAssignment,
+    ExpenseReport,
+    LicenseAllocation,
+    LicensePoolRecord,
+    SoftwareCatalog,
+    TrainingCourse,
+    TrainingEnrollment,
+    TravelRequest,
+)
 from benchmark.envs.environment import Environment, Table
 from benchmark.envs.errors import ToolError
+from benchmark.envs.records import R, TableRef
+from benchmark.envs.tools import ToolFn
 
-EXPENSES = "concur_expense_reports"
-TRAVEL = "concur_travel_requests"
-DEVICES = "asset_management_devices"
-ASSIGNMENTS = "asset_management_device_assignments"
-POOLS = "license_management_license_pool_record"
-ALLOCATIONS = "license_management_license_allocation"
-CATALOG = "software_catalog_software_catalog"
-COURSES = "degreed_training_courses"
-ENROLLMENTS = "degreed_training_enrollments"
-CERTIFICATIONS = "degreed_certifications"
-CLIENTS = "salesforce_crm_clients"
+EXPENSES: TableRef[ExpenseReport] = TableRef("concur_expense_reports")
+TRAVEL: TableRef[TravelRequest] = TableRef("concur_travel_requests")
+DEVICES: TableRef[Device] = TableRef("asset_management_devices")
+ASSIGNMENTS: TableRef[DeviceAssignment] = TableRef("asset_management_device_assignments")
+POOLS: TableRef[LicensePoolRecord] = TableRef("license_management_license_pool_record")
+ALLOCATIONS: TableRef[LicenseAllocation] = TableRef("license_management_license_allocation")
+CATALOG: TableRef[SoftwareCatalog] = TableRef("software_catalog_software_catalog")
+COURSES: TableRef[TrainingCourse] = TableRef("degreed_training_courses")
+ENROLLMENTS: TableRef[TrainingEnrollment] = TableRef("degreed_training_enrollments")
+CERTIFICATIONS: TableRef[Certification] = TableRef("degreed_certifications")
+CLIENTS: TableRef[Client] = TableRef("salesforce_crm_clients")
 
 # Capacity the reference reports for a pool or course without a limit.
 UNLIMITED = 99999
 
 
-def _save(table: Table, record: BaseModel, **changes: Any) -> BaseModel:
+def _save(table: Table[R], record: R, **changes: Any) -> R:
     """Store ``record`` with ``changes`` applied, validated through the row model."""
     updated = table.record({**record.model_dump(), **changes})
     table.save(updated)
     return updated
 
 
-def _found(table: Table, key: str, label: str) -> BaseModel:
+def _found(table: Table[R], key: str, label: str) -> R:
     record = table.get(key)
     if record is None:
         raise ToolError(f"{label} not found: {key}")
@@ -47,9 +66,9 @@ def _found(table: Table, key: str, label: str) -> BaseModel:
 # --- concur -------------------------------------------------------------------------------------
 
 
-def _get_expense_report(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _get_expense_report(env: Environment, args: ConcurApiInput) -> dict[str, Any]:
     require(args, "expense_report_id")
-    report = _found(env.table(EXPENSES), args.expense_report_id, "Expense report")
+    report = _found(env.table(EXPENSES), given(args.expense_report_id), "Expense report")
     return {
         "expense_report": compact(
             {
@@ -70,11 +89,11 @@ def _get_expense_report(env: Environment, args: BaseModel) -> dict[str, Any]:
     }
 
 
-def _override_expense_rejection(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _override_expense_rejection(env: Environment, args: ConcurApiInput) -> dict[str, Any]:
     """Approve the override; the rejection reason stays and the approver is not checked."""
     require(args, "expense_report_id", "override_reason", "approver_email")
     table = env.table(EXPENSES)
-    report = _found(table, args.expense_report_id, "Expense report")
+    report = _found(table, given(args.expense_report_id), "Expense report")
     _save(
         table,
         report,
@@ -85,9 +104,9 @@ def _override_expense_rejection(env: Environment, args: BaseModel) -> dict[str, 
     return {"success": True}
 
 
-def _get_travel_booking(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _get_travel_booking(env: Environment, args: ConcurApiInput) -> dict[str, Any]:
     require(args, "booking_id")
-    booking = _found(env.table(TRAVEL), args.booking_id, "Travel booking")
+    booking = _found(env.table(TRAVEL), given(args.booking_id), "Travel booking")
     return {
         "travel_booking": compact(
             {
@@ -103,7 +122,7 @@ def _get_travel_booking(env: Environment, args: BaseModel) -> dict[str, Any]:
     }
 
 
-def concur_api(env: Environment, args: BaseModel) -> dict[str, Any]:
+def concur_api(env: Environment, args: ConcurApiInput) -> dict[str, Any]:
     return dispatch(
         {
             "get_expense_report": _get_expense_report,
@@ -118,7 +137,7 @@ def concur_api(env: Environment, args: BaseModel) -> dict[str, Any]:
 # --- asset management ---------------------------------------------------------------------------
 
 
-def _matching_available(env: Environment, args: BaseModel) -> list[BaseModel]:
+def _matching_available(env: Environment, args: AssetManagementApiInput) -> list[Device]:
     """Available devices of the requested type at the requested office, in store order."""
     return [
         d
@@ -129,7 +148,7 @@ def _matching_available(env: Environment, args: BaseModel) -> list[BaseModel]:
     ]
 
 
-def _get_employee_devices(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _get_employee_devices(env: Environment, args: AssetManagementApiInput) -> dict[str, Any]:
     """Assignments of the employee not yet returned; an unknown employee has none."""
     require(args, "email")
     devices = [
@@ -147,9 +166,9 @@ def _get_employee_devices(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"devices": devices}
 
 
-def _get_device_details(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _get_device_details(env: Environment, args: AssetManagementApiInput) -> dict[str, Any]:
     require(args, "asset_id")
-    device = _found(env.table(DEVICES), args.asset_id, "Device")
+    device = _found(env.table(DEVICES), given(args.asset_id), "Device")
     return {
         "device_data": {
             "id": device.id,
@@ -162,7 +181,7 @@ def _get_device_details(env: Environment, args: BaseModel) -> dict[str, Any]:
     }
 
 
-def _check_inventory(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _check_inventory(env: Environment, args: AssetManagementApiInput) -> dict[str, Any]:
     require(args, "device_type", "location")
     counts: dict[str, int] = {}
     for device in _matching_available(env, args):
@@ -170,7 +189,7 @@ def _check_inventory(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"available_count_by_model": counts}
 
 
-def _reserve_device(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _reserve_device(env: Environment, args: AssetManagementApiInput) -> dict[str, Any]:
     """Reserve the available device with the lowest asset id."""
     require(args, "device_type", "location")
     available = _matching_available(env, args)
@@ -181,11 +200,11 @@ def _reserve_device(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"reserved_asset_id": device.id}
 
 
-def _assign_device(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _assign_device(env: Environment, args: AssetManagementApiInput) -> dict[str, Any]:
     """Record the assignment and mark the device assigned, whatever its current status."""
     require(args, "email", "asset_id")
     devices = env.table(DEVICES)
-    device = _found(devices, args.asset_id, "Device")
+    device = _found(devices, given(args.asset_id), "Device")
     assignments = env.table(ASSIGNMENTS)
     assignments.create(
         assignments.record(
@@ -201,14 +220,14 @@ def _assign_device(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"success": True}
 
 
-def _retire_device(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _retire_device(env: Environment, args: AssetManagementApiInput) -> dict[str, Any]:
     require(args, "asset_id")
     devices = env.table(DEVICES)
-    _save(devices, _found(devices, args.asset_id, "Device"), inventory_status="retired")
+    _save(devices, _found(devices, given(args.asset_id), "Device"), inventory_status="retired")
     return {"success": True}
 
 
-def asset_management_api(env: Environment, args: BaseModel) -> dict[str, Any]:
+def asset_management_api(env: Environment, args: AssetManagementApiInput) -> dict[str, Any]:
     return dispatch(
         {
             "get_employee_devices": _get_employee_devices,
@@ -226,7 +245,7 @@ def asset_management_api(env: Environment, args: BaseModel) -> dict[str, Any]:
 # --- licence management -------------------------------------------------------------------------
 
 
-def _check_availability(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _check_availability(env: Environment, args: LicenseManagementApiInput) -> dict[str, Any]:
     """Pool size minus active allocations; a pool without a size is unlimited."""
     require(args, "catalog_id", "pool_type")
     pool_type = value(args.pool_type)
@@ -250,7 +269,7 @@ def _check_availability(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"available_count": pool.total_licenses - active}
 
 
-def _allocate(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _allocate(env: Environment, args: LicenseManagementApiInput) -> dict[str, Any]:
     """Record an allocation; neither capacity nor the catalogue entry is checked."""
     require(args, "catalog_id", "email", "pool_type")
     table = env.table(ALLOCATIONS)
@@ -269,13 +288,13 @@ def _allocate(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"success": True}
 
 
-def _get_cost(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _get_cost(env: Environment, args: LicenseManagementApiInput) -> dict[str, Any]:
     require(args, "catalog_id")
-    software = _found(env.table(CATALOG), args.catalog_id, "Software catalog entry")
+    software = _found(env.table(CATALOG), given(args.catalog_id), "Software catalog entry")
     return {"annual_cost": software.annual_cost}
 
 
-def license_management_api(env: Environment, args: BaseModel) -> dict[str, Any]:
+def license_management_api(env: Environment, args: LicenseManagementApiInput) -> dict[str, Any]:
     return dispatch(
         {
             "check_availability": _check_availability,
@@ -290,7 +309,7 @@ def license_management_api(env: Environment, args: BaseModel) -> dict[str, Any]:
 # --- degreed ------------------------------------------------------------------------------------
 
 
-def _course(course: BaseModel) -> dict[str, Any]:
+def _course(course: TrainingCourse) -> dict[str, Any]:
     return compact(
         {
             "id": course.id,
@@ -305,25 +324,25 @@ def _course(course: BaseModel) -> dict[str, Any]:
     )
 
 
-def _search_courses(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _search_courses(env: Environment, args: DegreedApiInput) -> dict[str, Any]:
     """Case-insensitive substring match on the title, optionally narrowed to one category."""
     require(args, "keyword")
-    keyword = args.keyword.lower()
+    keyword = given(args.keyword).lower()
     courses = [c for c in env.table(COURSES).all() if keyword in c.title.lower()]
     if args.category:
         courses = [c for c in courses if value(c.training_category) == value(args.category)]
     return {"courses": [_course(c) for c in courses]}
 
 
-def _get_course_details(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _get_course_details(env: Environment, args: DegreedApiInput) -> dict[str, Any]:
     require(args, "course_id")
-    return {"course_data": _course(_found(env.table(COURSES), args.course_id, "Course"))}
+    return {"course_data": _course(_found(env.table(COURSES), given(args.course_id), "Course"))}
 
 
-def _check_enrollment(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _check_enrollment(env: Environment, args: DegreedApiInput) -> dict[str, Any]:
     """Seats minus enrollments not yet completed; a course without a seat limit is unlimited."""
     require(args, "course_id")
-    course = _found(env.table(COURSES), args.course_id, "Course")
+    course = _found(env.table(COURSES), given(args.course_id), "Course")
     if course.max_seats is None:
         return {"available_seats": UNLIMITED}
     active = sum(
@@ -332,10 +351,10 @@ def _check_enrollment(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"available_seats": course.max_seats - active}
 
 
-def _enroll_employee(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _enroll_employee(env: Environment, args: DegreedApiInput) -> dict[str, Any]:
     """Enroll without checking seats, prerequisites or duplicates; only the course must exist."""
     require(args, "email", "course_id")
-    _found(env.table(COURSES), args.course_id, "Course")
+    _found(env.table(COURSES), given(args.course_id), "Course")
     table = env.table(ENROLLMENTS)
     table.create(
         table.record(
@@ -350,7 +369,7 @@ def _enroll_employee(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"success": True}
 
 
-def _get_training_history(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _get_training_history(env: Environment, args: DegreedApiInput) -> dict[str, Any]:
     require(args, "email")
     completed = [
         {"course_id": e.course_id}
@@ -373,10 +392,10 @@ def _get_training_history(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"completed_trainings": completed, "certifications": certifications}
 
 
-def _check_certification_status(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _check_certification_status(env: Environment, args: DegreedApiInput) -> dict[str, Any]:
     """Any certification of that name (case-insensitive), expired or not."""
     require(args, "email", "certification_name")
-    wanted = args.certification_name.lower()
+    wanted = given(args.certification_name).lower()
     has = any(
         c.employee_email == args.email and c.certification_name.lower() == wanted
         for c in env.table(CERTIFICATIONS).all()
@@ -384,13 +403,13 @@ def _check_certification_status(env: Environment, args: BaseModel) -> dict[str, 
     return {"has_certification": has}
 
 
-def _get_required_trainings(env: Environment, args: BaseModel) -> dict[str, Any]:
+def _get_required_trainings(env: Environment, args: DegreedApiInput) -> dict[str, Any]:
     require(args, "client_id")
-    client = _found(env.table(CLIENTS), args.client_id, "Client")
+    client = _found(env.table(CLIENTS), given(args.client_id), "Client")
     return {"required_courses": list(client.required_training_courses)}
 
 
-def degreed_api(env: Environment, args: BaseModel) -> dict[str, Any]:
+def degreed_api(env: Environment, args: DegreedApiInput) -> dict[str, Any]:
     return dispatch(
         {
             "search_courses": _search_courses,
@@ -406,7 +425,7 @@ def degreed_api(env: Environment, args: BaseModel) -> dict[str, Any]:
     )
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "concur_api": concur_api,
     "asset_management_api": asset_management_api,
     "license_management_api": license_management_api,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
@@ -21,6 +21,14 @@ from benchmark.envs.neobank.common import (
     next_id,
     value,
 )
+from benchmark.envs.neobank.inputs import (
+    ApprovalApiCheckStatusInput,
+    ApprovalApiCreateRequestInput,
+    ApproverLookupApiGetApproverContactInput,
+    ApproverLookupApiGetContactDetailsInput,
+    EmailNotificationApiSendNotificationInput,
+)
+from benchmark.envs.tools import ToolFn
 
 APPROVER_DEPARTMENTS = ("it_security", "finance_accounting", "compliance_risk")
 
@@ -30,7 +38,7 @@ AVAILABILITY = {"active": "available", "on_leave": "on_leave", "departing": "ava
 NOTIFIABLE_STATUSES = ("active", "on_leave")
 
 
-def approval_api_check_status(env: Environment, args: BaseModel) -> dict[str, Any]:
+def approval_api_check_status(env: Environment, args: ApprovalApiCheckStatusInput) -> dict[str, Any]:
     request = env.table(APPROVALS).get(args.approval_request_id)
     if request is None:
         raise ToolError(f"Approval request not found: {args.approval_request_id}")
@@ -42,7 +50,7 @@ def approval_api_check_status(env: Environment, args: BaseModel) -> dict[str, An
     }
 
 
-def approval_api_create_request(env: Environment, args: BaseModel) -> dict[str, Any]:
+def approval_api_create_request(env: Environment, args: ApprovalApiCreateRequestInput) -> dict[str, Any]:
     """Both parties must be employees; the request starts pending with urgency standard by default."""
     requester = employee_by_email(env, args.requester_email)
     if requester is None:
@@ -75,7 +83,9 @@ def approval_api_create_request(env: Environment, args: BaseModel) -> dict[str, 
     return {"approval_request_id": request_id, "status": "pending"}
 
 
-def approver_lookup_api_get_contact_details(env: Environment, args: BaseModel) -> dict[str, Any]:
+def approver_lookup_api_get_contact_details(
+    env: Environment, args: ApproverLookupApiGetContactDetailsInput
+) -> dict[str, Any]:
     """A backup approver (the manager) is named only for an approver on leave."""
     approver = employee_by_email(env, args.email)
     if approver is None:
@@ -88,7 +98,9 @@ def approver_lookup_api_get_contact_details(env: Environment, args: BaseModel) -
     return {"name": approver.full_name, "availability_status": availability, "backup_approver_email": backup}
 
 
-def approver_lookup_api_get_approver_contact(env: Environment, args: BaseModel) -> dict[str, Any]:
+def approver_lookup_api_get_approver_contact(
+    env: Environment, args: ApproverLookupApiGetApproverContactInput
+) -> dict[str, Any]:
     """The first highest-level employee of the department (case-insensitive department name)."""
     department = args.required_approver.lower()
     if department not in APPROVER_DEPARTMENTS:
@@ -104,7 +116,9 @@ def approver_lookup_api_get_approver_contact(env: Environment, args: BaseModel) 
     return {"employee_id": approver.id, "contact_email": approver.email, "contact_name": approver.full_name}
 
 
-def email_notification_api_send_notification(env: Environment, args: BaseModel) -> dict[str, Any]:
+def email_notification_api_send_notification(
+    env: Environment, args: EmailNotificationApiSendNotificationInput
+) -> dict[str, Any]:
     """Queues a notification to an active or on-leave employee; cc_emails is split on commas."""
     recipient = employee_by_email(env, args.recipient_email)
     if recipient is None:
@@ -138,7 +152,7 @@ def email_notification_api_send_notification(env: Environment, args: BaseModel) 
     return {"notification_id": notification_id, "delivery_status": "queued"}
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "approval_api_check_status": approval_api_check_status,
     "approval_api_create_request": approval_api_create_request,
     "approver_lookup_api_get_contact_details": approver_lookup_api_get_contact_details,

@@ -10,19 +10,40 @@ name; the first match wins.
 from __future__ import annotations
 
 import datetime as dt
+import enum
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from benchmark.envs.environment import Environment
-from benchmark.envs.errors import ToolError
+from benchmark.envs.errors import DataError, ToolError
 from benchmark.envs.neobank.common import PROVISION_NOW, employee_by_email, value
+from benchmark.envs.neobank.inputs import (
+    AssetManagementApiAssignDeviceInput,
+    AssetManagementApiCheckInventoryInput,
+    AssetManagementApiGetDeviceDetailsInput,
+    AssetManagementApiGetEmployeeDevicesInput,
+    AssetManagementApiRetireDeviceInput,
+    HardwareProcurementApiCreateOrderInput,
+    LicenseManagementApiAllocateLicenseInput,
+    LicenseManagementApiCheckAvailabilityInput,
+    LicenseManagementApiCheckLicenseTypeInput,
+)
+from benchmark.envs.neobank.rows import (
+    AssetAssignment,
+    HardwareAsset,
+    LicenseAllocation,
+    ProcurementOrder,
+    SoftwareLicense,
+)
+from benchmark.envs.records import TableRef
+from benchmark.envs.tools import ToolFn
 
-ASSETS = "sandbox_neobank_support_main_models_hardware_assets"
-ASSIGNMENTS = "sandbox_neobank_support_main_models_asset_assignments"
-ORDERS = "sandbox_neobank_support_main_models_procurement_orders"
-LICENSES = "sandbox_neobank_support_main_models_software_licenses"
-ALLOCATIONS = "sandbox_neobank_support_main_models_license_allocations"
+ASSETS: TableRef[HardwareAsset] = TableRef("sandbox_neobank_support_main_models_hardware_assets")
+ASSIGNMENTS: TableRef[AssetAssignment] = TableRef("sandbox_neobank_support_main_models_asset_assignments")
+ORDERS: TableRef[ProcurementOrder] = TableRef("sandbox_neobank_support_main_models_procurement_orders")
+LICENSES: TableRef[SoftwareLicense] = TableRef("sandbox_neobank_support_main_models_software_licenses")
+ALLOCATIONS: TableRef[LicenseAllocation] = TableRef("sandbox_neobank_support_main_models_license_allocations")
 
 ASSET_NOW = PROVISION_NOW
 RETIRED_AT = ASSET_NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -46,21 +67,23 @@ class DeviceInfo(BaseModel):
 def _enum_values(table: str, field: str, env: Environment) -> frozenset[str]:
     """The allowed values of an enum column, read from the table's row model."""
     annotation = env.table(table).spec.row_model.model_fields[field].annotation
-    return frozenset(m.value for m in annotation)  # type: ignore[union-attr]
+    if not (isinstance(annotation, type) and issubclass(annotation, enum.Enum)):
+        raise DataError(f"{table}.{field}: not an enum column ({annotation!r})")
+    return frozenset(m.value for m in annotation)
 
 
-def _asset(env: Environment, asset_id: str) -> BaseModel:
+def _asset(env: Environment, asset_id: str) -> HardwareAsset:
     asset = env.table(ASSETS).get(asset_id)
     if asset is None:
         raise ToolError(f"Asset not found: {asset_id}")
     return asset
 
 
-def _active_assignments(env: Environment, **equals: Any) -> list[BaseModel]:
+def _active_assignments(env: Environment, **equals: Any) -> list[AssetAssignment]:
     return [a for a in env.table(ASSIGNMENTS).where(**equals) if a.is_active]
 
 
-def _age_months(asset: BaseModel) -> int:
+def _age_months(asset: HardwareAsset) -> int:
     """Whole 30-day periods since purchase; a naive purchase date is taken as UTC."""
     raw = asset.purchase_date
     if not raw:
@@ -74,7 +97,7 @@ def _age_months(asset: BaseModel) -> int:
     return int((ASSET_NOW - purchased).days / 30)
 
 
-def _license(env: Environment, software_name: str) -> BaseModel | None:
+def _license(env: Environment, software_name: str) -> SoftwareLicense | None:
     wanted = software_name.lower()
     for pool in env.table(LICENSES).all():
         if pool.software_name.lower() == wanted:
@@ -82,11 +105,13 @@ def _license(env: Environment, software_name: str) -> BaseModel | None:
     return None
 
 
-def _active_allocations(env: Environment, license_id: str) -> list[BaseModel]:
+def _active_allocations(env: Environment, license_id: str) -> list[LicenseAllocation]:
     return [a for a in env.table(ALLOCATIONS).where(license_id=license_id) if a.is_active]
 
 
-def asset_management_api_assign_device(env: Environment, args: BaseModel) -> dict[str, Any]:
+def asset_management_api_assign_device(
+    env: Environment, args: AssetManagementApiAssignDeviceInput
+) -> dict[str, Any]:
     """No unassign tool exists, so an assigned or retired asset is refused rather than reassigned."""
     employee = employee_by_email(env, args.email)
     if employee is None:
@@ -115,7 +140,9 @@ def asset_management_api_assign_device(env: Environment, args: BaseModel) -> dic
     return {"assignment_id": assignment_id, "asset_id": asset.id, "employee_id": employee.id}
 
 
-def asset_management_api_check_inventory(env: Environment, args: BaseModel) -> dict[str, Any]:
+def asset_management_api_check_inventory(
+    env: Environment, args: AssetManagementApiCheckInventoryInput
+) -> dict[str, Any]:
     """Retired devices are not counted; only unassigned new/good ones are available."""
     if args.device_type not in _enum_values(ASSETS, "device_type", env):
         raise ToolError(f"Invalid device type: {args.device_type}")
@@ -135,7 +162,9 @@ def asset_management_api_check_inventory(env: Environment, args: BaseModel) -> d
     }
 
 
-def asset_management_api_get_device_details(env: Environment, args: BaseModel) -> dict[str, Any]:
+def asset_management_api_get_device_details(
+    env: Environment, args: AssetManagementApiGetDeviceDetailsInput
+) -> dict[str, Any]:
     """``assigned_to``: the first active assignment's employee, only when the asset is flagged assigned."""
     asset = _asset(env, args.asset_id)
     age = _age_months(asset)
@@ -157,7 +186,9 @@ def asset_management_api_get_device_details(env: Environment, args: BaseModel) -
     }
 
 
-def asset_management_api_get_employee_devices(env: Environment, args: BaseModel) -> dict[str, Any]:
+def asset_management_api_get_employee_devices(
+    env: Environment, args: AssetManagementApiGetEmployeeDevicesInput
+) -> dict[str, Any]:
     """Devices of the employee's active assignments, in assignment order; dangling asset ids are skipped."""
     employee = employee_by_email(env, args.email)
     if employee is None:
@@ -169,13 +200,16 @@ def asset_management_api_get_employee_devices(env: Environment, args: BaseModel)
             continue
         age = _age_months(asset)
         try:
-            device = DeviceInfo(
-                asset_id=asset.id,
-                device_type=value(asset.device_type),
-                device_model=asset.device_model,
-                assigned_at=assignment.assigned_at,
-                condition=value(asset.condition),
-                age_months=age,
+            # assigned_at may be None (see DeviceInfo), so the data goes through validation as a dict.
+            device = DeviceInfo.model_validate(
+                {
+                    "asset_id": asset.id,
+                    "device_type": value(asset.device_type),
+                    "device_model": asset.device_model,
+                    "assigned_at": assignment.assigned_at,
+                    "condition": value(asset.condition),
+                    "age_months": age,
+                }
             )
         except ValidationError as exc:
             raise ToolError(str(exc)) from exc
@@ -183,7 +217,9 @@ def asset_management_api_get_employee_devices(env: Environment, args: BaseModel)
     return {"employee_id": employee.id, "devices": devices}
 
 
-def asset_management_api_retire_device(env: Environment, args: BaseModel) -> dict[str, Any]:
+def asset_management_api_retire_device(
+    env: Environment, args: AssetManagementApiRetireDeviceInput
+) -> dict[str, Any]:
     """Retiring an assigned device also closes its active assignments (returned at the frozen instant)."""
     asset = _asset(env, args.asset_id)
     previous = value(asset.condition)
@@ -207,7 +243,9 @@ def asset_management_api_retire_device(env: Environment, args: BaseModel) -> dic
     }
 
 
-def hardware_procurement_api_create_order(env: Environment, args: BaseModel) -> dict[str, Any]:
+def hardware_procurement_api_create_order(
+    env: Environment, args: HardwareProcurementApiCreateOrderInput
+) -> dict[str, Any]:
     """Only the requester is checked; the ticket id is stored unverified; the date is its first 10 chars."""
     requester = employee_by_email(env, args.requester_email)
     if requester is None:
@@ -238,7 +276,9 @@ def hardware_procurement_api_create_order(env: Environment, args: BaseModel) -> 
     return {"order_id": order_id, "status": "pending"}
 
 
-def license_management_api_allocate_license(env: Environment, args: BaseModel) -> dict[str, Any]:
+def license_management_api_allocate_license(
+    env: Environment, args: LicenseManagementApiAllocateLicenseInput
+) -> dict[str, Any]:
     """No deallocate tool exists: refuse a second active seat and, for limited pools, an exhausted pool."""
     employee = employee_by_email(env, args.email)
     if employee is None:
@@ -268,7 +308,9 @@ def license_management_api_allocate_license(env: Environment, args: BaseModel) -
     return {"allocation_id": allocation_id}
 
 
-def license_management_api_check_availability(env: Environment, args: BaseModel) -> dict[str, Any]:
+def license_management_api_check_availability(
+    env: Environment, args: LicenseManagementApiCheckAvailabilityInput
+) -> dict[str, Any]:
     """Unlimited pools report no counts; limited ones: total minus active allocations, never below 0."""
     pool = _license(env, args.software_name)
     if pool is None:
@@ -284,7 +326,9 @@ def license_management_api_check_availability(env: Environment, args: BaseModel)
     }
 
 
-def license_management_api_check_license_type(env: Environment, args: BaseModel) -> dict[str, Any]:
+def license_management_api_check_license_type(
+    env: Environment, args: LicenseManagementApiCheckLicenseTypeInput
+) -> dict[str, Any]:
     pool = _license(env, args.software_name)
     if pool is None:
         raise ToolError(f"Software not found in license inventory: {args.software_name}")
@@ -295,7 +339,7 @@ def license_management_api_check_license_type(env: Environment, args: BaseModel)
     }
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "asset_management_api_assign_device": asset_management_api_assign_device,
     "asset_management_api_check_inventory": asset_management_api_check_inventory,
     "asset_management_api_get_device_details": asset_management_api_get_device_details,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
@@ -25,24 +25,38 @@ from benchmark.envs.neobank.common import (
     value,
     without_none,
 )
+from benchmark.envs.neobank.inputs import (
+    OktaApiAddToGroupInput,
+    OktaApiCheckAccessInput,
+    OktaApiGetUserGroupsInput,
+    OktaApiProvisionAccessInput,
+    OktaApiRevokeAccessInput,
+    OktaSecurityApiExecuteActionInput,
+    SecurityApiVerifyIncidentInput,
+    WorkdayApiGetEmployeeInput,
+    WorkdayApiGetManagerChainInput,
+    WorkdayApiGetOrgStructureInput,
+)
+from benchmark.envs.neobank.rows import Employee, OktaAppAccess
+from benchmark.envs.tools import ToolFn
 
 MAX_BYPASS_HOURS = 4
 MFA_DEVICE_OPERATIONS = ("add_mfa_device", "remove_mfa_device")
 INCIDENT_WINDOW = dt.timedelta(hours=24)
 
 
-def _employee(env: Environment, email: str, message: str = "Employee not found") -> BaseModel:
+def _employee(env: Environment, email: str, message: str = "Employee not found") -> Employee:
     employee = employee_by_email(env, email)
     if employee is None:
         raise ToolError(f"{message}: {email}")
     return employee
 
 
-def _active_access(env: Environment, employee_id: str, app_name: str) -> list[BaseModel]:
+def _active_access(env: Environment, employee_id: str, app_name: str) -> list[OktaAppAccess]:
     return [a for a in env.table(OKTA_APPS).where(employee_id=employee_id, app_name=app_name) if a.is_active]
 
 
-def okta_api_add_to_group(env: Environment, args: BaseModel) -> dict[str, Any]:
+def okta_api_add_to_group(env: Environment, args: OktaApiAddToGroupInput) -> dict[str, Any]:
     """Refuses a second active membership of the same group; added_by is always "system"."""
     employee = _employee(env, args.email)
     table = env.table(OKTA_GROUPS)
@@ -63,7 +77,7 @@ def okta_api_add_to_group(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"membership_id": membership_id}
 
 
-def okta_api_check_access(env: Environment, args: BaseModel) -> dict[str, Any]:
+def okta_api_check_access(env: Environment, args: OktaApiCheckAccessInput) -> dict[str, Any]:
     employee = _employee(env, args.email)
     active = _active_access(env, employee.id, args.app_name)
     if not active:
@@ -75,7 +89,7 @@ def okta_api_check_access(env: Environment, args: BaseModel) -> dict[str, Any]:
     }
 
 
-def okta_api_get_user_groups(env: Environment, args: BaseModel) -> dict[str, Any]:
+def okta_api_get_user_groups(env: Environment, args: OktaApiGetUserGroupsInput) -> dict[str, Any]:
     employee = _employee(env, args.email)
     memberships = env.table(OKTA_GROUPS).where(employee_id=employee.id)
     return {
@@ -87,7 +101,7 @@ def okta_api_get_user_groups(env: Environment, args: BaseModel) -> dict[str, Any
     }
 
 
-def okta_api_provision_access(env: Environment, args: BaseModel) -> dict[str, Any]:
+def okta_api_provision_access(env: Environment, args: OktaApiProvisionAccessInput) -> dict[str, Any]:
     """No role or approval checks: only a duplicate active grant of the same app is refused."""
     employee = _employee(env, args.email, "Employee not found in Okta directory")
     if _active_access(env, employee.id, args.app_name):
@@ -111,7 +125,7 @@ def okta_api_provision_access(env: Environment, args: BaseModel) -> dict[str, An
     return {"app_access_id": access_id}
 
 
-def okta_api_revoke_access(env: Environment, args: BaseModel) -> dict[str, Any]:
+def okta_api_revoke_access(env: Environment, args: OktaApiRevokeAccessInput) -> dict[str, Any]:
     """Flags the first active grant inactive; revoked_at stays unset as in the reference."""
     employee = _employee(env, args.email)
     active = _active_access(env, employee.id, args.app_name)
@@ -125,23 +139,27 @@ def _security_failure(exc: Exception) -> ToolError:
     return ToolError(f"Failed to execute security action: {exc}")
 
 
-def okta_security_api_execute_action(env: Environment, args: BaseModel) -> dict[str, Any]:
+def okta_security_api_execute_action(
+    env: Environment, args: OktaSecurityApiExecuteActionInput
+) -> dict[str, Any]:
     """Logs any operation as an audit row at the frozen instant; a bypass needs 1..4 hours."""
     employee = _employee(env, args.email, "Employee not found in Okta directory")
     operation = value(args.operation)
     if operation in MFA_DEVICE_OPERATIONS and not args.mfa_device_id:
         raise ToolError(f"mfa_device_id is required for {operation} operation")
     is_bypass = operation == "set_temporary_bypass"
+    bypass_hours: int | None = None
     if is_bypass:
-        if not args.bypass_duration_hours:
+        bypass_hours = args.bypass_duration_hours
+        if not bypass_hours:
             raise ToolError("bypass_duration_hours is required for set_temporary_bypass operation")
-        if args.bypass_duration_hours > MAX_BYPASS_HOURS:
+        if bypass_hours > MAX_BYPASS_HOURS:
             raise ToolError(f"bypass_duration_hours cannot exceed {MAX_BYPASS_HOURS} hours")
     table = env.table(SECURITY_AUDIT)
     audit_id = next_id(table, "OSA")
     expires_at: dt.datetime | None = None
-    if is_bypass:
-        expires_at = INCIDENT_NOW + dt.timedelta(hours=args.bypass_duration_hours)
+    if bypass_hours is not None:  # a bypass (its hours were checked above)
+        expires_at = INCIDENT_NOW + dt.timedelta(hours=bypass_hours)
     elif args.bypass_expires_at:
         try:
             dt.datetime.fromisoformat(args.bypass_expires_at.replace("Z", "+00:00"))
@@ -178,7 +196,7 @@ def _iso(moment: dt.datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
 
 
-def security_api_verify_incident(env: Environment, args: BaseModel) -> dict[str, Any]:
+def security_api_verify_incident(env: Environment, args: SecurityApiVerifyIncidentInput) -> dict[str, Any]:
     """Active incidents plus those resolved in the 24 h before the frozen instant, newest start first."""
     threshold = INCIDENT_NOW - INCIDENT_WINDOW
     matching = []
@@ -209,7 +227,7 @@ def security_api_verify_incident(env: Environment, args: BaseModel) -> dict[str,
     return {"incidents": records}
 
 
-def workday_api_get_employee(env: Environment, args: BaseModel) -> dict[str, Any]:
+def workday_api_get_employee(env: Environment, args: WorkdayApiGetEmployeeInput) -> dict[str, Any]:
     employee = _employee(env, args.email, "No employee found with the provided email")
     return {
         "employee_id": employee.id,
@@ -228,7 +246,7 @@ def workday_api_get_employee(env: Environment, args: BaseModel) -> dict[str, Any
     }
 
 
-def workday_api_get_manager_chain(env: Environment, args: BaseModel) -> dict[str, Any]:
+def workday_api_get_manager_chain(env: Environment, args: WorkdayApiGetManagerChainInput) -> dict[str, Any]:
     """Follows manager_id upward until a missing manager; a cycle stops at the first repeat."""
     employee = _employee(env, args.email)
     employees = env.table(EMPLOYEES)
@@ -254,7 +272,7 @@ def workday_api_get_manager_chain(env: Environment, args: BaseModel) -> dict[str
     return {"manager_chain": chain}
 
 
-def workday_api_get_org_structure(env: Environment, args: BaseModel) -> dict[str, Any]:
+def workday_api_get_org_structure(env: Environment, args: WorkdayApiGetOrgStructureInput) -> dict[str, Any]:
     manager = _employee(env, args.manager_email, "Manager not found")
     reports = env.table(EMPLOYEES).where(manager_id=manager.id)
     return {
@@ -274,7 +292,7 @@ def workday_api_get_org_structure(env: Environment, args: BaseModel) -> dict[str
     }
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "okta_api_add_to_group": okta_api_add_to_group,
     "okta_api_check_access": okta_api_check_access,
     "okta_api_get_user_groups": okta_api_get_user_groups,

@@ -10,15 +10,28 @@ import datetime as dt
 import enum
 from typing import Any
 
-from pydantic import BaseModel
-
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
+from benchmark.envs.records import TableRef
+from benchmark.envs.retail.inputs import (
+    AddPointsToBalanceInput,
+    GetCustomerProfileInput,
+    GetDiscountApplicationInput,
+    GetMembershipDetailsInput,
+    GetPromotionDetailsInput,
+    UpdateMembershipStatusInput,
+)
+from benchmark.envs.retail.rows import ActivePromotion, CustomerProfile, DiscountApplication, MembershipRecord
+from benchmark.envs.tools import ToolFn
 
-PROFILES = "external_retail_toolset_salesforce_models_customer_profiles"
-MEMBERSHIPS = "external_retail_toolset_salesforce_models_membership_records"
-PROMOTIONS = "external_retail_toolset_promo_models_active_promotions"
-DISCOUNTS = "external_retail_toolset_promo_models_discount_applications"
+PROFILES: TableRef[CustomerProfile] = TableRef("external_retail_toolset_salesforce_models_customer_profiles")
+MEMBERSHIPS: TableRef[MembershipRecord] = TableRef(
+    "external_retail_toolset_salesforce_models_membership_records"
+)
+PROMOTIONS: TableRef[ActivePromotion] = TableRef("external_retail_toolset_promo_models_active_promotions")
+DISCOUNTS: TableRef[DiscountApplication] = TableRef(
+    "external_retail_toolset_promo_models_discount_applications"
+)
 
 # The reference reads the wall clock here; it is frozen to the instant the agent is told (vectors §7).
 PROMOTION_NOW = dt.datetime(2025, 10, 1, 13, 0, 0, tzinfo=dt.UTC)
@@ -39,7 +52,7 @@ def _aware(moment: dt.datetime) -> dt.datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
 
 
-def get_discount_application(env: Environment, args: BaseModel) -> dict[str, Any]:
+def get_discount_application(env: Environment, args: GetDiscountApplicationInput) -> dict[str, Any]:
     """An order without a discount application gets an empty one rather than an error, as in the reference."""
     found = env.table(DISCOUNTS).where(order_id=args.order_id)
     if not found:
@@ -62,7 +75,7 @@ def get_discount_application(env: Environment, args: BaseModel) -> dict[str, Any
     }
 
 
-def get_promotion_details(env: Environment, args: BaseModel) -> dict[str, Any]:
+def get_promotion_details(env: Environment, args: GetPromotionDetailsInput) -> dict[str, Any]:
     """Exact-code lookup of a promotion valid at the frozen instant; expired and unknown codes read alike."""
     for promo in env.table(PROMOTIONS).where(promo_code=args.promo_code):
         if _aware(promo.valid_from) <= PROMOTION_NOW <= _aware(promo.valid_until):
@@ -79,7 +92,7 @@ def get_promotion_details(env: Environment, args: BaseModel) -> dict[str, Any]:
     raise ToolError(f"Promotion code not found or expired: {args.promo_code}")
 
 
-def add_points_to_balance(env: Environment, args: BaseModel) -> dict[str, Any]:
+def add_points_to_balance(env: Environment, args: AddPointsToBalanceInput) -> dict[str, Any]:
     """Credits (or, with a negative amount, debits) the first membership record of any status, uncapped."""
     table = env.table(MEMBERSHIPS)
     records = table.where(customer_id=args.customer_id)
@@ -100,7 +113,7 @@ def add_points_to_balance(env: Environment, args: BaseModel) -> dict[str, Any]:
     }
 
 
-def get_customer_profile(env: Environment, args: BaseModel) -> dict[str, Any]:
+def get_customer_profile(env: Environment, args: GetCustomerProfileInput) -> dict[str, Any]:
     """Looks up by customer_id when given, else by email (first match; emails are not unique)."""
     table = env.table(PROFILES)
     if args.customer_id:
@@ -117,7 +130,7 @@ def get_customer_profile(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {name: _out(value) for name, value in profile}
 
 
-def get_membership_details(env: Environment, args: BaseModel) -> dict[str, Any]:
+def get_membership_details(env: Environment, args: GetMembershipDetailsInput) -> dict[str, Any]:
     """Only an ``active`` record counts, whatever its end date says."""
     records = env.table(MEMBERSHIPS).where(customer_id=args.customer_id, status="active")
     if not records:
@@ -143,7 +156,7 @@ def _new_membership_id(env: Environment) -> str:
     return f"MEM-2{n:07d}"
 
 
-def update_membership_status(env: Environment, args: BaseModel) -> dict[str, Any]:
+def update_membership_status(env: Environment, args: UpdateMembershipStatusInput) -> dict[str, Any]:
     """upgrade: always a new active one-year record and tier plus_member (no eligibility check);
     cancel: the customer's first record of any status is cancelled and the tier set to standard."""
     profiles = env.table(PROFILES)
@@ -185,7 +198,7 @@ def update_membership_status(env: Environment, args: BaseModel) -> dict[str, Any
     return {"customer_id": args.customer_id, "new_tier": "standard", "action_completed": "cancelled"}
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "get_discount_application": get_discount_application,
     "get_promotion_details": get_promotion_details,
     "add_points_to_balance": add_points_to_balance,

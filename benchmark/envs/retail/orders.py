@@ -8,19 +8,38 @@ failure stays applied (see ``create_replacement_order``).
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
-
-from pydantic import BaseModel
+from typing import Any, overload
 
 from benchmark.envs.environment import Environment, Table
 from benchmark.envs.errors import ToolError
+from benchmark.envs.records import R, TableRef
+from benchmark.envs.retail.inputs import (
+    CancelOrderInput,
+    CheckInventoryInput,
+    CreateReplacementOrderInput,
+    GetOrderInput,
+    GetProductDetailsInput,
+    GetShipmentTrackingInput,
+    ReshipOrderInput,
+    UpdateOrderAddressInput,
+    UpdateShippingSpeedInput,
+)
+from benchmark.envs.retail.rows import (
+    CarrierTracking,
+    InventoryRecord,
+    Order,
+    OrderLineItem,
+    ProductDetails,
+    Shipment,
+)
+from benchmark.envs.tools import ToolFn
 
-ORDERS = "external_retail_toolset_oms_models_orders"
-LINE_ITEMS = "external_retail_toolset_oms_models_order_line_items"
-SHIPMENTS = "external_retail_toolset_oms_models_shipments"
-TRACKING = "external_retail_toolset_oms_models_carrier_tracking"
-INVENTORY = "external_retail_toolset_netsuite_models_inventory_records"
-PRODUCTS = "external_retail_toolset_shopify_pim_models_products"
+ORDERS: TableRef[Order] = TableRef("external_retail_toolset_oms_models_orders")
+LINE_ITEMS: TableRef[OrderLineItem] = TableRef("external_retail_toolset_oms_models_order_line_items")
+SHIPMENTS: TableRef[Shipment] = TableRef("external_retail_toolset_oms_models_shipments")
+TRACKING: TableRef[CarrierTracking] = TableRef("external_retail_toolset_oms_models_carrier_tracking")
+INVENTORY: TableRef[InventoryRecord] = TableRef("external_retail_toolset_netsuite_models_inventory_records")
+PRODUCTS: TableRef[ProductDetails] = TableRef("external_retail_toolset_shopify_pim_models_products")
 
 NOW = dt.datetime(2025, 10, 1, 13, 0, 5, tzinfo=dt.UTC)
 """The retail write tools' frozen clock (bundle SPEC.md §3.3)."""
@@ -30,7 +49,13 @@ RESHIP_FEE = 15.00
 RESHIP_TRANSIT = dt.timedelta(days=5)
 
 
-def _value(member: Any) -> Any:
+@overload
+def _value(member: str) -> str: ...
+@overload
+def _value(member: None) -> None: ...
+@overload
+def _value(member: str | None) -> str | None: ...
+def _value(member: str | None) -> str | None:
     """An enum member's value (records and inputs hold str-Enum members)."""
     return getattr(member, "value", member)
 
@@ -40,19 +65,19 @@ def _iso(moment: dt.datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
 
 
-def _order(env: Environment, order_id: str) -> BaseModel:
+def _order(env: Environment, order_id: str) -> Order:
     order = env.table(ORDERS).get(order_id)
     if order is None:
         raise ToolError(f"Order not found: {order_id}")
     return order
 
 
-def _save_changed(table: Table, record: BaseModel, **changes: Any) -> None:
+def _save_changed(table: Table[R], record: R, **changes: Any) -> None:
     """Save ``record`` with ``changes`` applied, re-validated so enum and float fields keep their types."""
     table.save(table.record({**record.model_dump(), **changes}))
 
 
-def _first_free_id(table: Table, field: str, template: str) -> str:
+def _first_free_id(table: Table[R], field: str, template: str) -> str:
     """The reference's ids: ``template`` with the smallest counter from 1 not already taken."""
     taken = {getattr(row, field) for row in table.all()}
     counter = 1
@@ -61,7 +86,7 @@ def _first_free_id(table: Table, field: str, template: str) -> str:
     return template.format(counter)
 
 
-def cancel_order(env: Environment, args: BaseModel) -> dict[str, Any]:
+def cancel_order(env: Environment, args: CancelOrderInput) -> dict[str, Any]:
     """Cancel whatever the current status; a refund starts only if payment was already taken."""
     order = _order(env, args.order_id)
     refund_initiated = _value(order.status) == "processing"
@@ -69,7 +94,7 @@ def cancel_order(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"order_id": order.id, "status": "cancelled", "refund_initiated": refund_initiated}
 
 
-def create_replacement_order(env: Environment, args: BaseModel) -> dict[str, Any]:
+def create_replacement_order(env: Environment, args: CreateReplacementOrderInput) -> dict[str, Any]:
     """Free replacement order; stock is decremented before the product lookup, as in the reference."""
     inventory = env.table(INVENTORY)
     stock = inventory.get(args.sku)
@@ -125,7 +150,7 @@ def create_replacement_order(env: Environment, args: BaseModel) -> dict[str, Any
     return {"replacement_order_id": order_id, "status": "processing", "total_amount": 0.0}
 
 
-def get_order(env: Environment, args: BaseModel) -> dict[str, Any]:
+def get_order(env: Environment, args: GetOrderInput) -> dict[str, Any]:
     """Order header plus its line items in store order."""
     order = _order(env, args.order_id)
     line_items = [
@@ -162,7 +187,7 @@ def get_order(env: Environment, args: BaseModel) -> dict[str, Any]:
     }
 
 
-def get_shipment_tracking(env: Environment, args: BaseModel) -> dict[str, Any]:
+def get_shipment_tracking(env: Environment, args: GetShipmentTrackingInput) -> dict[str, Any]:
     """The order's first shipment; a shipment without a tracking row reads as pending."""
     shipments = env.table(SHIPMENTS).where(order_id=args.order_id)
     if not shipments:
@@ -182,7 +207,7 @@ def get_shipment_tracking(env: Environment, args: BaseModel) -> dict[str, Any]:
     }
 
 
-def reship_order(env: Environment, args: BaseModel) -> dict[str, Any]:
+def reship_order(env: Environment, args: ReshipOrderInput) -> dict[str, Any]:
     """Correct the address and add a pending shipment with the same carrier; the fee is only reported."""
     order = _order(env, args.order_id)
     shipments_table, tracking_table = env.table(SHIPMENTS), env.table(TRACKING)
@@ -238,7 +263,7 @@ def reship_order(env: Environment, args: BaseModel) -> dict[str, Any]:
     }
 
 
-def update_order_address(env: Environment, args: BaseModel) -> dict[str, Any]:
+def update_order_address(env: Environment, args: UpdateOrderAddressInput) -> dict[str, Any]:
     """Overwrite the shipping address (no status or time-window check in the reference)."""
     order = _order(env, args.order_id)
     _save_changed(
@@ -259,7 +284,7 @@ def update_order_address(env: Environment, args: BaseModel) -> dict[str, Any]:
     }
 
 
-def update_shipping_speed(env: Environment, args: BaseModel) -> dict[str, Any]:
+def update_shipping_speed(env: Environment, args: UpdateShippingSpeedInput) -> dict[str, Any]:
     """Re-price shipping and the order total; the difference is reported, not charged."""
     order = _order(env, args.order_id)
     old_speed, new_speed = _value(order.shipping_speed), _value(args.new_shipping_speed)
@@ -277,7 +302,7 @@ def update_shipping_speed(env: Environment, args: BaseModel) -> dict[str, Any]:
     }
 
 
-def check_inventory(env: Environment, args: BaseModel) -> dict[str, Any]:
+def check_inventory(env: Environment, args: CheckInventoryInput) -> dict[str, Any]:
     stock = env.table(INVENTORY).get(args.sku)
     if stock is None:
         raise ToolError(f"SKU not found in inventory system: {args.sku}")
@@ -291,7 +316,7 @@ def check_inventory(env: Environment, args: BaseModel) -> dict[str, Any]:
     }
 
 
-def get_product_details(env: Environment, args: BaseModel) -> dict[str, Any]:
+def get_product_details(env: Environment, args: GetProductDetailsInput) -> dict[str, Any]:
     """Catalogue attributes; the reference output leaves out ``warranty_period_days``."""
     product = env.table(PRODUCTS).get(args.sku)
     if product is None:
@@ -309,7 +334,7 @@ def get_product_details(env: Environment, args: BaseModel) -> dict[str, Any]:
     }
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "cancel_order": cancel_order,
     "create_replacement_order": create_replacement_order,
     "get_order": get_order,

@@ -5,19 +5,23 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from pydantic import BaseModel
-
 from benchmark.envs.environment import Environment
 from benchmark.envs.errors import ToolError
+from benchmark.envs.records import TableRef
+from benchmark.envs.retail.inputs import ChargeCustomerInput, CreateRefundInput, GetPaymentStatusInput
+from benchmark.envs.retail.rows import PaymentTransaction, Refund
+from benchmark.envs.tools import ToolFn
 
-TRANSACTIONS = "external_retail_toolset_stripe_models_payment_transactions"
-REFUNDS = "external_retail_toolset_stripe_models_refunds"
+TRANSACTIONS: TableRef[PaymentTransaction] = TableRef(
+    "external_retail_toolset_stripe_models_payment_transactions"
+)
+REFUNDS: TableRef[Refund] = TableRef("external_retail_toolset_stripe_models_refunds")
 
 # Every retail write tool stamps this fixed instant (bundle SPEC.md §3.3).
 WRITE_NOW = dt.datetime(2025, 10, 1, 13, 0, 5, tzinfo=dt.UTC)
 
 
-def charge_customer(env: Environment, args: BaseModel) -> dict[str, Any]:
+def charge_customer(env: Environment, args: ChargeCustomerInput) -> dict[str, Any]:
     """Append an authorized card-on-file charge; the reference checks neither order nor amount."""
     table = env.table(TRANSACTIONS)
     txn = table.create(
@@ -43,7 +47,7 @@ def charge_customer(env: Environment, args: BaseModel) -> dict[str, Any]:
     }
 
 
-def create_refund(env: Environment, args: BaseModel) -> dict[str, Any]:
+def create_refund(env: Environment, args: CreateRefundInput) -> dict[str, Any]:
     """Append a pending refund against the order's last transaction; amounts are not checked."""
     matches = env.table(TRANSACTIONS).where(order_id=args.order_id)
     if not matches:
@@ -71,7 +75,7 @@ def create_refund(env: Environment, args: BaseModel) -> dict[str, Any]:
     }
 
 
-def get_payment_status(env: Environment, args: BaseModel) -> dict[str, Any]:
+def get_payment_status(env: Environment, args: GetPaymentStatusInput) -> dict[str, Any]:
     """The order's payment transaction (the first one stored for it)."""
     matches = env.table(TRANSACTIONS).where(order_id=args.order_id)
     if not matches:
@@ -88,7 +92,7 @@ def get_payment_status(env: Environment, args: BaseModel) -> dict[str, Any]:
     }
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "charge_customer": charge_customer,
     "create_refund": create_refund,
     "get_payment_status": get_payment_status,

@@ -5,16 +5,26 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from pydantic import BaseModel
-
 from benchmark.envs.environment import Environment, Table
 from benchmark.envs.errors import ToolError
+from benchmark.envs.records import R, TableRef
+from benchmark.envs.retail.inputs import (
+    CancelInstallationInput,
+    CheckWarrantyCoverageInput,
+    CreateRmaInput,
+    FileWarrantyClaimInput,
+    GetInstallationJobInput,
+    GetRmaStatusInput,
+    RescheduleInstallationInput,
+)
 from benchmark.envs.retail.payments import WRITE_NOW
+from benchmark.envs.retail.rows import InstallationJob, RMARecord, WarrantyClaim, WarrantyContract
+from benchmark.envs.tools import ToolFn
 
-CONTRACTS = "external_retail_toolset_extend_models_warranty_contracts"
-CLAIMS = "external_retail_toolset_extend_models_warranty_claims"
-JOBS = "external_retail_toolset_jobber_models_installation_jobs"
-RMAS = "external_retail_toolset_loop_returns_models_rma_records"
+CONTRACTS: TableRef[WarrantyContract] = TableRef("external_retail_toolset_extend_models_warranty_contracts")
+CLAIMS: TableRef[WarrantyClaim] = TableRef("external_retail_toolset_extend_models_warranty_claims")
+JOBS: TableRef[InstallationJob] = TableRef("external_retail_toolset_jobber_models_installation_jobs")
+RMAS: TableRef[RMARecord] = TableRef("external_retail_toolset_loop_returns_models_rma_records")
 
 # The reference reads the wall clock here; the vectors freeze it at the agent-facing "now" (vectors §7).
 COVERAGE_NOW = dt.datetime(2025, 10, 1, 13, 0, 0, tzinfo=dt.UTC)
@@ -27,7 +37,7 @@ ISSUE_DESCRIPTIONS = {
 }
 
 
-def _free_id(table: Table, template: str) -> str:
+def _free_id(table: Table[R], template: str) -> str:
     """``template`` formatted with the row count, bumped until no row has that id."""
     n = table.count()
     while table.exists(template.format(n)):
@@ -39,7 +49,7 @@ def _iso(value: dt.datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
-def check_warranty_coverage(env: Environment, args: BaseModel) -> dict[str, Any]:
+def check_warranty_coverage(env: Environment, args: CheckWarrantyCoverageInput) -> dict[str, Any]:
     """The first contract for (order, sku) in force at the frozen "now".
 
     A naive contract date fails the comparison with an aware "now" in the reference too; its
@@ -62,7 +72,7 @@ def check_warranty_coverage(env: Environment, args: BaseModel) -> dict[str, Any]
     return {"has_coverage": False}
 
 
-def file_warranty_claim(env: Environment, args: BaseModel) -> dict[str, Any]:
+def file_warranty_claim(env: Environment, args: FileWarrantyClaimInput) -> dict[str, Any]:
     """File a pending claim on an existing contract; eligibility is not checked."""
     if not env.table(CONTRACTS).exists(args.contract_id):
         raise ToolError(f"Warranty contract not found: {args.contract_id}")
@@ -82,14 +92,14 @@ def file_warranty_claim(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"claim_id": claim.id, "status": claim.status.value, "claim_date": claim.claim_date.isoformat()}
 
 
-def _job(env: Environment, job_id: str) -> BaseModel:
+def _job(env: Environment, job_id: str) -> InstallationJob:
     job = env.table(JOBS).get(job_id)
     if job is None:
         raise ToolError(f"Installation job not found: {job_id}")
     return job
 
 
-def _update(env: Environment, job: BaseModel, **changes: Any) -> BaseModel:
+def _update(env: Environment, job: InstallationJob, **changes: Any) -> InstallationJob:
     """Save ``job`` with ``changes`` applied, validated through the row model."""
     table = env.table(JOBS)
     updated = table.record({**job.model_dump(), **changes})
@@ -97,13 +107,13 @@ def _update(env: Environment, job: BaseModel, **changes: Any) -> BaseModel:
     return updated
 
 
-def cancel_installation(env: Environment, args: BaseModel) -> dict[str, Any]:
+def cancel_installation(env: Environment, args: CancelInstallationInput) -> dict[str, Any]:
     """Cancel the job whatever its status; the order id is not checked and no refund row is written."""
     job = _update(env, _job(env, args.job_id), status="cancelled")
     return {"job_id": job.id, "status": job.status.value, "service_cost_refunded": job.service_cost}
 
 
-def get_installation_job(env: Environment, args: BaseModel) -> dict[str, Any]:
+def get_installation_job(env: Environment, args: GetInstallationJobInput) -> dict[str, Any]:
     """Look a job up by id, else by order (first match)."""
     table = env.table(JOBS)
     if args.job_id:
@@ -130,7 +140,7 @@ def get_installation_job(env: Environment, args: BaseModel) -> dict[str, Any]:
     }
 
 
-def reschedule_installation(env: Environment, args: BaseModel) -> dict[str, Any]:
+def reschedule_installation(env: Environment, args: RescheduleInstallationInput) -> dict[str, Any]:
     """Move the appointment; a workmanship redo reopens a completed job."""
     job = _job(env, args.job_id)
     changes: dict[str, Any] = {"scheduled_date": args.new_scheduled_date}
@@ -146,7 +156,7 @@ def reschedule_installation(env: Environment, args: BaseModel) -> dict[str, Any]
     }
 
 
-def create_rma(env: Environment, args: BaseModel) -> dict[str, Any]:
+def create_rma(env: Environment, args: CreateRmaInput) -> dict[str, Any]:
     """Open an approved RMA storing the caller's amounts verbatim; ids are not checked."""
     table = env.table(RMAS)
     rma = table.create(
@@ -170,7 +180,7 @@ def create_rma(env: Environment, args: BaseModel) -> dict[str, Any]:
     return {"rma_id": rma.id, "status": rma.status.value, "created_date": rma.created_date.isoformat()}
 
 
-def get_rma_status(env: Environment, args: BaseModel) -> dict[str, Any]:
+def get_rma_status(env: Environment, args: GetRmaStatusInput) -> dict[str, Any]:
     rma = env.table(RMAS).get(args.rma_id)
     if rma is None:
         raise ToolError(f"RMA not found: {args.rma_id}")
@@ -189,7 +199,7 @@ def get_rma_status(env: Environment, args: BaseModel) -> dict[str, Any]:
     }
 
 
-TOOLS = {
+TOOLS: dict[str, ToolFn] = {
     "check_warranty_coverage": check_warranty_coverage,
     "file_warranty_claim": file_warranty_claim,
     "cancel_installation": cancel_installation,

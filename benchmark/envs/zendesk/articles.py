@@ -13,9 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel
-
 from benchmark.envs.environment import Environment
+from benchmark.envs.zendesk.inputs import ZendeskSearchArticlesInput
 from benchmark.envs.zendesk.variant import ZendeskVariant
 
 MAX_RESULTS = 1000
@@ -51,7 +50,9 @@ class Query:
         return found >= math.ceil(0.4 * len(self.terms))
 
 
-def search_articles(variant: ZendeskVariant, env: Environment, args: BaseModel) -> dict[str, Any]:
+def search_articles(
+    variant: ZendeskVariant, env: Environment, args: ZendeskSearchArticlesInput
+) -> dict[str, Any]:
     query = Query.parse(args.query)
     hits = [a for a in env.table(variant.articles_table).all() if query.matches(f"{a.title} {a.body}")]
     if args.locale:

@@ -10,11 +10,20 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from benchmark.envs.environment import Environment, Table
 from benchmark.envs.errors import ToolError
+from benchmark.envs.records import Record
 from benchmark.envs.zendesk import odata
+from benchmark.envs.zendesk.inputs import (
+    ZendeskCreateItemInput,
+    ZendeskDeleteItemInput,
+    ZendeskGetItemInput,
+    ZendeskGetItemsInput,
+    ZendeskGetTablesInput,
+    ZendeskUpdateItemInput,
+)
 from benchmark.envs.zendesk.variant import SUPPORTED_TABLES, ZendeskVariant
 
 CREATED_AT = "2025-10-01T13:00:05Z"
@@ -52,7 +61,7 @@ def _member(value: enum.Enum) -> str:
     return f"{type(value).__name__}.{value.name}"
 
 
-def _table(variant: ZendeskVariant, env: Environment, table: enum.Enum) -> Table:
+def _table(variant: ZendeskVariant, env: Environment, table: enum.Enum) -> Table[Record]:
     if table.value not in SUPPORTED_TABLES:
         raise ToolError(
             f"Unsupported table: '{table.value}'. "
@@ -61,18 +70,18 @@ def _table(variant: ZendeskVariant, env: Environment, table: enum.Enum) -> Table
     return env.table(variant.tables[table.value])
 
 
-def _validated(table: Table, data: dict[str, Any], action: str) -> BaseModel:
+def _validated(table: Table[Record], data: dict[str, Any], action: str) -> Record:
     try:
         return table.record(data)
     except ValidationError as exc:
         raise ToolError(f"Failed to {action} item: {exc}") from exc
 
 
-def get_tables(variant: ZendeskVariant, env: Environment, args: BaseModel) -> dict[str, Any]:
+def get_tables(variant: ZendeskVariant, env: Environment, args: ZendeskGetTablesInput) -> dict[str, Any]:
     return {"value": [{"Name": n, "DisplayName": n.replace("_", " ").title()} for n in TABLE_LIST]}
 
 
-def get_item(variant: ZendeskVariant, env: Environment, args: BaseModel) -> dict[str, Any]:
+def get_item(variant: ZendeskVariant, env: Environment, args: ZendeskGetItemInput) -> dict[str, Any]:
     table = _table(variant, env, args.table)
     record = table.get(args.id)
     if record is None:
@@ -80,7 +89,7 @@ def get_item(variant: ZendeskVariant, env: Environment, args: BaseModel) -> dict
     return {"item": record.model_dump(mode="json")}
 
 
-def get_items(variant: ZendeskVariant, env: Environment, args: BaseModel) -> dict[str, Any]:
+def get_items(variant: ZendeskVariant, env: Environment, args: ZendeskGetItemsInput) -> dict[str, Any]:
     table = _table(variant, env, args.table)
     rows = table.all()
     if args.p_filter:
@@ -91,7 +100,7 @@ def get_items(variant: ZendeskVariant, env: Environment, args: BaseModel) -> dic
     return {"items": odata.select([r.model_dump(mode="json") for r in rows], args.p_select)}
 
 
-def create_item(variant: ZendeskVariant, env: Environment, args: BaseModel) -> dict[str, Any]:
+def create_item(variant: ZendeskVariant, env: Environment, args: ZendeskCreateItemInput) -> dict[str, Any]:
     table = _table(variant, env, args.table)
     name = args.table.value
     count = table.count()
@@ -124,7 +133,7 @@ def create_item(variant: ZendeskVariant, env: Environment, args: BaseModel) -> d
     return {"item": _shown(variant, name, created, sent_tags)}
 
 
-def _log_status_violation(violations: Table, ticket: dict[str, Any]) -> None:
+def _log_status_violation(violations: Table[Record], ticket: dict[str, Any]) -> None:
     """The auto/neobank/consulting copies record every ticket created in a status other than open."""
     row = {
         "id": f"VIOLATION-{violations.count() + 1}",
@@ -142,7 +151,7 @@ def _shown(variant: ZendeskVariant, name: str, item: dict[str, Any], sent_tags: 
     return item
 
 
-def update_item(variant: ZendeskVariant, env: Environment, args: BaseModel) -> dict[str, Any]:
+def update_item(variant: ZendeskVariant, env: Environment, args: ZendeskUpdateItemInput) -> dict[str, Any]:
     """Partial update: nulls keep the stored value (retail: a null list field becomes ``[]``).
 
     Sent ticket tags pass through the variant's ``ticket_tags`` before they are stored.
@@ -175,7 +184,7 @@ def update_item(variant: ZendeskVariant, env: Environment, args: BaseModel) -> d
     return {"item": _shown(variant, name, record.model_dump(mode="json"), sent_tags)}
 
 
-def delete_item(variant: ZendeskVariant, env: Environment, args: BaseModel) -> dict[str, Any]:
+def delete_item(variant: ZendeskVariant, env: Environment, args: ZendeskDeleteItemInput) -> dict[str, Any]:
     table = _table(variant, env, args.table)
     if args.table.value == TICKET_COMMENTS:
         raise ToolError("The value is not updatable. Ticket comments cannot be deleted.")

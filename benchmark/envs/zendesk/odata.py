@@ -18,9 +18,9 @@ from typing import Any
 
 from odata_query import ast
 from odata_query.grammar import ODataLexer, ODataParser
-from pydantic import BaseModel
 
 from benchmark.envs.errors import ToolError
+from benchmark.envs.records import Record
 from benchmark.envs.zendesk.variant import Comparator
 
 DEFAULT_TOP = 512
@@ -31,9 +31,9 @@ def parse_filter(text: str) -> Any:
     return ODataParser().parse(ODataLexer().tokenize(text))
 
 
-def _operand(node: Any, row: BaseModel) -> Any:
+def _operand(node: Any, row: Record) -> Any:
     if isinstance(node, ast.Identifier):
-        value = getattr(row, node.name, None)
+        value: Any = getattr(row, node.name, None)
         return value.value if hasattr(value, "value") else value
     if isinstance(node, ast.String | ast.Boolean):
         return node.val
@@ -44,7 +44,7 @@ def _operand(node: Any, row: BaseModel) -> Any:
     return node
 
 
-def matches(node: Any, row: BaseModel, comparators: Mapping[str, Comparator]) -> bool:
+def matches(node: Any, row: Record, comparators: Mapping[str, Comparator]) -> bool:
     if isinstance(node, ast.Compare):
         compare = comparators.get(type(node.comparator).__name__)
         if compare is None:
@@ -58,9 +58,7 @@ def matches(node: Any, row: BaseModel, comparators: Mapping[str, Comparator]) ->
     return True
 
 
-def apply_filter(
-    rows: Sequence[BaseModel], text: str, comparators: Mapping[str, Comparator]
-) -> list[BaseModel]:
+def apply_filter(rows: Sequence[Record], text: str, comparators: Mapping[str, Comparator]) -> list[Record]:
     try:
         tree = parse_filter(text)
         return [row for row in rows if matches(tree, row, comparators)]
@@ -68,7 +66,7 @@ def apply_filter(
         raise ToolError(f"Failed to parse OData filter: {exc}") from exc
 
 
-def apply_orderby(rows: list[BaseModel], text: str) -> list[BaseModel]:
+def apply_orderby(rows: list[Record], text: str) -> list[Record]:
     """Sort by the first word's field; ``desc`` only as the exact second word. Unsortable -> unchanged."""
     parts = text.split()
     if not parts:
@@ -81,7 +79,7 @@ def apply_orderby(rows: list[BaseModel], text: str) -> list[BaseModel]:
         return rows
 
 
-def page(rows: list[BaseModel], skip: int | None, top: int | None) -> list[BaseModel]:
+def page(rows: list[Record], skip: int | None, top: int | None) -> list[Record]:
     start = skip or 0
     return rows[start : start + min(top or DEFAULT_TOP, MAX_TOP)]
 

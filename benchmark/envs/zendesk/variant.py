@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from benchmark.envs.records import TableRef
+from benchmark.envs.zendesk.rows import Article
+
 Comparator = Callable[[Any, Any], bool]
 ItemHook = Callable[[str, dict[str, Any]], dict[str, Any]]
 TagsHook = Callable[[list[str]], list[str]]
@@ -48,6 +51,9 @@ ODATA_COMPARATORS: Mapping[str, Comparator] = MappingProxyType(
 """The comparator classes odata-query really produces (used by the four non-retail copies)."""
 
 
+ARTICLES: TableRef[Article] = TableRef("zendesk_articles")
+
+
 def _unchanged(table: str, item: dict[str, Any]) -> dict[str, Any]:
     return item
 
@@ -69,7 +75,7 @@ class ZendeskVariant:
     name: str
     comparators: Mapping[str, Comparator] = field(default_factory=lambda: ODATA_COMPARATORS)
     tables: Mapping[str, str] = field(default_factory=lambda: DEFAULT_TABLES)
-    articles_table: str = "zendesk_articles"
+    articles_table: TableRef[Article] = ARTICLES
     list_fields: Mapping[str, tuple[str, ...]] = field(
         default_factory=lambda: MappingProxyType({"tickets": ("tags",), "organizations": ("domain_names",)})
     )
