@@ -1,7 +1,7 @@
 """Tool-error classes: what went wrong, whether the guard may send the call again, what the agent is told.
 
 Modelled on HTTPX's ``_exceptions.py``: the tree below is the documentation, and retry behaviour is a
-property of the class, never an ``if`` at a call site. :mod:`guard.classify` maps what an upstream
+property of the class, never an ``if`` at a call site. :mod:`guard.classifier` maps what an upstream
 returned or raised to one of these; :mod:`guard.retry` decides from the class properties (and the
 call's effect) whether to send the call again; everything not retried becomes an :class:`ErrorHint`.
 

@@ -18,7 +18,7 @@ What the journal cannot give: :meth:`changes` holds only the row changes the ups
 reports (the optional ``reported_changes`` hook reads them from a result); without that it is an
 empty ChangeSet. :meth:`query` raises: there is no shadow state to query, so SQL checks fail closed
 (policy packs for such upstreams use checks that need no query). A failed call (``is_error``, or an
-in-band error text: :func:`guard.classify.error_message`) is not journaled: the upstream said it did
+in-band error text: :func:`guard.classifier.error_message`) is not journaled: the upstream said it did
 nothing, and the journal has no way to know otherwise.
 """
 
@@ -31,7 +31,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from guard.backend import BackendError, NotReversibleError
-from guard.classify import error_message
+from guard.classifier import error_message
 from guard.effects import ToolInfo, classify
 from guard.models import ChangeSet, EffectClass, ToolCall
 from guard.policy import EMPTY, PolicyPack

@@ -128,7 +128,7 @@ class Compensation(BaseModel):
 
 
 class ErrorRule(BaseModel):
-    """An upstream's own error text -> error class (matched before the built-in rules; guard.classify)."""
+    """An upstream's own error text -> error class (matched before the built-in rules; guard.classifier)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

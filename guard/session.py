@@ -37,7 +37,7 @@ from guard.approvals.gate import ApprovalGate
 from guard.approvals.models import ApprovalStoreError
 from guard.backend import Backend, BackendError
 from guard.checks import Check, CheckContext, Phase, run_checks
-from guard.classify import Classifier
+from guard.classifier import Classifier
 from guard.effects import ToolInfo, classify
 from guard.errors import ToolFailure, TransientError
 from guard.metrics import CallObserver

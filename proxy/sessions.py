@@ -56,7 +56,7 @@ from guard.approvals.gate import ApprovalGate
 from guard.approvals.models import ApprovalState, ApprovalStoreError
 from guard.backend import BackendError, NotReversibleError
 from guard.checks import CheckContext, run_checks
-from guard.classify import BUILTIN_RULES
+from guard.classifier import BUILTIN_RULES
 from guard.effects import ToolInfo, classify
 from guard.errors import ErrorClass, LockContention
 from guard.journal import JournalBackend

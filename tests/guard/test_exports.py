@@ -50,31 +50,21 @@ def test_exports_that_do_not_match_all_are_refused(
     assert said in str(refused.value)
 
 
-SHADOWED = {("guard", "classify")}
-"""Public names that a submodule of the same name shadows once it is imported (a debt: rename one)."""
-
-
 @pytest.mark.parametrize("package", ["guard", "proxy"])
 def test_every_public_name_resolves_to_its_defining_module(package: str) -> None:
     module = importlib.import_module(package)
     exports: dict[str, str] = vars(module)["_EXPORTS"]
     assert sorted(exports) == sorted(module.__all__)
     for name in module.__all__:
-        if (package, name) in SHADOWED:
-            continue
         defined = getattr(importlib.import_module(exports[name]), name)
         assert getattr(module, name) is defined, name
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="guard.classify is both the public function (guard.effects.classify) and the submodule "
-    "guard/classify.py, which replaces the package attribute when it is imported (guard.session does)",
-)
 def test_guard_classify_is_the_public_function() -> None:
+    """No submodule shares a public name: importing it would replace the package attribute."""
     import guard
     import guard.effects
-    import guard.session  # imports the submodule guard.classify
+    import guard.session  # imports guard.classifier
 
     assert guard.classify is guard.effects.classify
 

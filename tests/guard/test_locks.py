@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from guard.classify import Classifier
+from guard.classifier import Classifier
 from guard.effects import ToolInfo
 from guard.errors import ErrorClass, LockContention
 from guard.models import EffectClass, Verdict

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from guard.classify import Classifier, error_message
+from guard.classifier import Classifier, error_message
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "upstream_errors"
 

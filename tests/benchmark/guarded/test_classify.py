@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from mcp import MCPError
 
 from benchmark.tasks import BenchData
-from guard.classify import (
+from guard.classifier import (
     BUILTIN_RULES,
     Classifier,
     error_message,

@@ -15,7 +15,7 @@ from benchmark.envs import DOMAINS, Database, Environment, load_domain
 from benchmark.guarded import backend_for, executor_for, tool_infos
 from benchmark.replay import replay
 from benchmark.tasks import BenchData
-from guard.classify import Classifier
+from guard.classifier import Classifier
 from guard.errors import ErrorClass
 from guard.faults import KINDS, TRANSIENT, FaultInjector, FaultPlan, FaultSpecError
 from guard.models import Verdict
