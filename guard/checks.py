@@ -217,7 +217,7 @@ def run_checks(checks: Iterable[Check], ctx: CheckContext) -> list[Violation]:
                     Violation(
                         rule_id=check.id,
                         message=f"{check.id} cannot check this call: {reason}; it is refused until it can be",
-                        hint="Send each argument with the type the tool's input schema gives it, then call again.",
+                        hint="Send each argument with the type the tool's input schema gives it.",
                     )
                 )
                 continue

@@ -90,16 +90,9 @@ def _uniform(*parts: object) -> float:
 
 
 def feedback_kind(reply: ToolReply) -> str | None:
-    """The kind of feedback a reply is, read from what the agent sees; None when it is no feedback."""
-    if reply.guard == "held":
-        return "held"
-    if reply.guard in ("refused", "rolled_back"):
-        return "policy_violation" if "[rule " in reply.text else "classified_hint"
-    if not reply.is_error:
-        return None
-    if reply.guard == "failed" and "What to do:" in reply.text:
-        return "classified_hint"
-    return "raw_error"
+    """The kind of feedback a reply is: what the tool surface read from the real outcome that produced
+    it (:func:`~benchmark.campaign.surfaces.feedback_of` for a guarded call; a tool error in ``off``)."""
+    return reply.feedback
 
 
 @dataclass(frozen=True)
