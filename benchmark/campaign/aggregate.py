@@ -91,7 +91,17 @@ __all__ = [
     "to_json",
 ]
 
-ARM_ORDER = ("off", "base", "validation", "retries", "checks", "approvals", "surface", "guard", "oracle-ceiling")
+ARM_ORDER = (
+    "off",
+    "base",
+    "validation",
+    "retries",
+    "checks",
+    "approvals",
+    "surface",
+    "guard",
+    "oracle-ceiling",
+)
 """Display order of the known arms; other arms (``tb``...) follow, by name."""
 K_VALUES = (1, 5, 10, 20)
 UPPER_BOUND = "upper bound"

@@ -16,9 +16,9 @@ they stop nothing alone). Every guarded arm also classifies a failed call and an
 class and what to do next (guard.errors; the pack's ``errors.rules`` with it): the GuardSession does
 that for every outcome that is not allowed, and no pack setting turns it off, so no lever owns it.
 ``base`` is that common part alone — guarded, no lever — and a lever's own effect is its arm against
-``base``; against ``off`` every guarded arm also shows the base. ``off`` has no guard at all. ``oracle-ceiling`` is every lever plus the
-judge as an at-commit check: it reads the answer key, so its figures are an upper bound, labelled so
-wherever they are printed — never the product.
+``base``; against ``off`` every guarded arm also shows the base. ``off`` has no guard at all.
+``oracle-ceiling`` is every lever plus the judge as an at-commit check: it reads the answer key, so its
+figures are an upper bound, labelled so wherever they are printed — never the product.
 """
 
 from __future__ import annotations

@@ -49,7 +49,9 @@ class DirectTools:
             result = self.execute(name, arguments)
         except Exception as exc:  # the plain passthrough has no recovery: the agent reads the error
             return ToolReply(f"Error: {type(exc).__name__}: {exc}", is_error=True, feedback="raw_error")
-        return ToolReply(result.text, is_error=result.is_error, feedback="raw_error" if result.is_error else None)
+        return ToolReply(
+            result.text, is_error=result.is_error, feedback="raw_error" if result.is_error else None
+        )
 
 
 class GuardedTools:
