@@ -72,10 +72,10 @@ def test_bad_input_writes_nothing(tmp_path: Path, args: list[str], message: str)
 
 def test_off_is_measured_once_and_its_rows_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``off`` meets no guard feedback: one run of it serves every value, row for row."""
-    from benchmark.campaign import lift
+    from benchmark.campaign import lift, runner
 
     arms_run: list[str] = []
-    real = lift.run_units
+    real = runner.run_units
 
     def counting(config: Any, jobs: Any, workers: int, worker: Any = None) -> Any:
         arms_run.extend(arm for _, arms in jobs for arm in arms)
