@@ -9,7 +9,10 @@ A check returns the violations it finds; no violations means pass. Phases:
 * ``at_commit`` — sees the final shadow state and the session's net change set; a violation refuses
   the commit (the agent may fix things and commit again).
 
-A check that raises counts as a violation (fail closed) and is logged.
+A check that raises counts as a violation (fail closed) and is logged with its traceback. A check
+that cannot evaluate the call's arguments (a value not of the rule's declared type, or a JSON object
+or array bound as one SQL value) is a violation too, saying which argument and why, logged in one line:
+that is the agent's input, not a broken check, and nothing is sent to the database for it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any, Literal, Protocol
 from sqlglot import exp
 
 from guard.models import ChangeSet, PolicySource, ToolCall, Violation
-from guard.ruleexpr import ArgSpec
+from guard.ruleexpr import ArgSpec, ArgumentValueError
 from guard.sqltext import parse_select, transpile, validate_against
 
 log = logging.getLogger(__name__)
@@ -112,7 +115,7 @@ class SqlCheck:
         params = {
             name: self.arguments[name].bind(arguments, name)
             if name in self.arguments
-            else arguments.get(name)
+            else _scalar(arguments, name)
             for name in self.parameters
         }
         rows = ctx.query(self.sql, params)
@@ -127,6 +130,29 @@ class SqlCheck:
                 rows=rows,
             )
         ]
+
+
+def _scalar(arguments: Mapping[str, Any], name: str) -> Any:
+    """An untyped (v1) parameter as sent; a JSON object or array is no single SQL value."""
+    value = arguments.get(name)
+    if isinstance(value, Mapping | list | tuple):
+        kind = "object" if isinstance(value, Mapping) else "array"
+        raise ArgumentValueError(f"argument {name!r}={value!r} is a JSON {kind}, not a single value")
+    return value
+
+
+def _cannot_check(exc: BaseException) -> str | None:
+    """Why a check could not evaluate the call's values, when that is the cause: an argument not of the
+    rule's type (:class:`ArgumentValueError`), or a value the database could not use (DB-API's
+    ``DataError``, PEP 249: "problems with the processed data", e.g. ``'0 dollars'`` cast to a number
+    on PostgreSQL). None: the check itself failed."""
+    if isinstance(exc, ArgumentValueError):
+        return str(exc)
+    if any(cls.__name__ == "DataError" for cls in type(exc).__mro__):
+        cause = exc.__cause__ or exc.__context__ or exc
+        first = str(getattr(exc, "orig", None) or cause).strip().splitlines()
+        return f"the database cannot use a value of the call ({first[0] if first else type(exc).__name__})"
+    return None
 
 
 Finding = Violation | Mapping[str, Any] | str
@@ -183,7 +209,18 @@ def run_checks(checks: Iterable[Check], ctx: CheckContext) -> list[Violation]:
             continue
         try:
             violations.extend(check.run(ctx))
-        except Exception as exc:  # fail closed: a broken check must not let a write through
+        except Exception as exc:  # fail closed: a check that cannot run must not let a write through
+            reason = _cannot_check(exc)
+            if reason is not None:  # the call's input, not a broken check: one line, no traceback
+                log.info("check %s cannot check a call of %s: %s", check.id, tool, reason)
+                violations.append(
+                    Violation(
+                        rule_id=check.id,
+                        message=f"{check.id} cannot check this call: {reason}; it is refused until it can be",
+                        hint="Send each argument with the type the tool's input schema gives it.",
+                    )
+                )
+                continue
             log.exception("check %s failed", check.id)
             violations.append(
                 Violation(

@@ -49,6 +49,10 @@ from benchmark.campaign.results import (
 )
 from benchmark.tasks import ToolInteraction
 
+Feedback = Literal["raw_error", "classified_hint", "policy_violation", "commit_refused", "held"]
+"""The kinds of feedback an agent can meet (LIFT.md §2B): the tool's raw error, the guard's classified
+hint (an error class and what to do), a violation citing a policy, a refused commit, a held call."""
+
 INTERVENTIONS = frozenset({"refused", "rolled_back", "held"})
 """Guard verdicts that stop a call (a ``failed`` call is the tool's own failure, guard or not)."""
 
@@ -68,6 +72,9 @@ class ToolReply:
     text: str
     is_error: bool = False
     guard: str | None = None
+    feedback: Feedback | None = None
+    """The kind of feedback the reply is, read by the tool surface from what produced it (the guard's
+    real :class:`~guard.models.ToolOutcome`, or the tool's own error in ``off``); None: no feedback."""
 
     @property
     def intervened(self) -> bool:

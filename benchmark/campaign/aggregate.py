@@ -57,6 +57,7 @@ from benchmark.campaign.agg_types import (
     SignatureShare,
     Stats,
 )
+from benchmark.campaign.base_lift import base_notes
 from benchmark.campaign.prices import PriceTable, price_key, row_cost
 from benchmark.campaign.results import (
     CampaignFacts,
@@ -91,7 +92,17 @@ __all__ = [
     "to_json",
 ]
 
-ARM_ORDER = ("off", "validation", "retries", "checks", "approvals", "surface", "guard", "oracle-ceiling")
+ARM_ORDER = (
+    "off",
+    "base",
+    "validation",
+    "retries",
+    "checks",
+    "approvals",
+    "surface",
+    "guard",
+    "oracle-ceiling",
+)
 """Display order of the known arms; other arms (``tb``...) follow, by name."""
 K_VALUES = (1, 5, 10, 20)
 UPPER_BOUND = "upper bound"
@@ -376,6 +387,7 @@ def aggregate(rows: Iterable[DecodeResult], prices: PriceTable | None = None) ->
     lift = _lift(groups, arms)
     if not any(a.arm == "off" for a in arms):
         notes.append("no `off` arm: lift is not computed.")
+    notes += base_notes(lift)
     parameters = list(
         dict.fromkeys(
             r.facts.simulated.parameters() for r in prepared if r.facts is not None and r.facts.simulated

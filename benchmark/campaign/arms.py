@@ -4,7 +4,7 @@ A lever is one thing the guard does that an arm can switch on:
 
 ==========  =================================================================================
 validation  arguments checked against the tool's input schema before they are forwarded
-retries     failures classified; recoverable ones retried when that is safe (guard.retry)
+retries     recoverable failures retried when that is safe (guard.retry)
 checks      the pack's checks (before_call, after_call, at_commit)
 approvals   irreversible calls (and the pack's approval rules) rehearsed and held for a reviewer
 surface     the pack's tool allowlist
@@ -12,9 +12,13 @@ surface     the pack's tool allowlist
 
 Every guarded arm runs in a shadow transaction and commits at the end (the orchestrator's commit);
 the pack's effect classes are used in all of them (they decide what a retry or an approval may do,
-they stop nothing alone). ``off`` has no guard at all. ``oracle-ceiling`` is every lever plus the
-judge as an at-commit check: it reads the answer key, so its figures are an upper bound, labelled so
-wherever they are printed — never the product.
+they stop nothing alone). Every guarded arm also classifies a failed call and answers it with the
+class and what to do next (guard.errors; the pack's ``errors.rules`` with it): the GuardSession does
+that for every outcome that is not allowed, and no pack setting turns it off, so no lever owns it.
+``base`` is that common part alone — guarded, no lever — and a lever's own effect is its arm against
+``base``; against ``off`` every guarded arm also shows the base. ``off`` has no guard at all.
+``oracle-ceiling`` is every lever plus the judge as an at-commit check: it reads the answer key, so its
+figures are an upper bound, labelled so wherever they are printed — never the product.
 """
 
 from __future__ import annotations
@@ -82,6 +86,7 @@ ARMS: dict[str, Arm] = {
     arm.name: arm
     for arm in (
         Arm("off", "no guard: every call goes straight to the tools and is real at once", guarded=False),
+        Arm("base", "guarded, no lever: shadow transaction, commit, failures classified with what to do"),
         Arm("validation", "arguments validated against the tool's input schema", frozenset({"validation"})),
         Arm("retries", "failures classified, recoverable ones retried when safe", frozenset({"retries"})),
         Arm("checks", "the pack's checks after each call and at commit", frozenset({"checks"})),

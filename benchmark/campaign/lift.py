@@ -18,6 +18,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import resource
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from rich.console import Console
 from benchmark.campaign.agg_types import Aggregate, ArmStats
 from benchmark.campaign.aggregate import aggregate
 from benchmark.campaign.arms import ARMS, parse_arms
+from benchmark.campaign.base_lift import base_notes
 from benchmark.campaign.prices import PriceTable, TokenPrice
 from benchmark.campaign.profiles import GUARD_FEEDBACK, FeedbackSpecError, Profile, parse_feedback
 from benchmark.campaign.report import write_report
@@ -81,7 +83,16 @@ def _stem(kind: str, value: float) -> str:
     return f"{kind}-{value:g}"
 
 
-def _run_one(config: CampaignConfig, workers: int, out: Path, console: Console, glob: str | None) -> Tally:
+def _run_one(
+    config: CampaignConfig,
+    workers: int,
+    out: Path,
+    console: Console,
+    glob: str | None,
+    reuse: Path | None = None,
+) -> Tally:
+    """Run ``config`` into ``out``; with ``reuse``, that results file's rows are copied first, as they
+    are (the ``off`` rows measured once for the whole sweep)."""
     started, cpu = time.perf_counter(), _cpu_seconds()
     probe = Worker(config)
     try:
@@ -97,6 +108,9 @@ def _run_one(config: CampaignConfig, workers: int, out: Path, console: Console, 
         total = sum(len(a) for _, a in jobs)
         done = 0
         with out.open("w", encoding="utf-8") as sink:
+            if reuse is not None:
+                with reuse.open(encoding="utf-8") as source:
+                    shutil.copyfileobj(source, sink)
             for rows in run_units(config, jobs, workers, worker=probe if workers == 1 else None):
                 for summary in rows:
                     sink.write(summary.line + "\n")
@@ -115,6 +129,7 @@ def _run_one(config: CampaignConfig, workers: int, out: Path, console: Console, 
             "run_duration (sec)": round(time.perf_counter() - started, 1),
             "cpu (sec)": round(_cpu_seconds() - cpu, 1),
             "workers": workers,
+            "reused": None if reuse is None else f"{reuse.name}: its rows first, copied as they are",
         }
         console.print(
             f"  {out.name}: {total} attempts in {meta['run_duration (sec)']} s "
@@ -227,6 +242,15 @@ def _summary(
         "![simulated: pass@1 and wrong-commit rate over the feedback parameter](curves.png)",
         "",
     ]
+    if _off_once(spec, arms):
+        lines[-4:-4] = [
+            f"- `off`: measured once (at {spec.kind}={spec.values[0]:g}; `{OFF_FILE}`) and its rows copied "
+            "into every value's results file: it meets no guard feedback, so the swept parameter cannot "
+            "change it",
+        ]
+    base = [f"- {spec.kind}={v:g}: {note}" for v in spec.values for note in base_notes(results[v].lift)]
+    if base:
+        lines += [f"## {title}: the base every guarded arm shares", "", *base, ""]
     lines += _deaf_section(profile, spec, results, changes, arms, title)
     lines += _per_arm(spec, results, changes, arms, title)
     stated = (
@@ -350,6 +374,33 @@ def _curves(results: dict[float, Aggregate], arms: list[str], spec: LiftSpec, ti
     return fig
 
 
+OFF_FILE = "off.jsonl"
+"""The ``off`` arm's rows, measured once per sweep and copied into every value's results file."""
+
+
+def _off_once(spec: LiftSpec, arms: Sequence[str]) -> bool:
+    """Whether ``off`` is measured once for the sweep: it is an arm, there is more than one value, and
+    the swept kind is one only the guard gives (``raw_error`` reaches ``off``: it is then run per value).
+    ``off`` meets no guard feedback, so its rows at any such value are the same (same seed, same plans,
+    same draws); measuring it once saves its share of every further value."""
+    return "off" in arms and len(arms) > 1 and len(spec.values) > 1 and "raw_error" not in _swept(spec.kind)
+
+
+def _config(spec: LiftSpec, arms: tuple[str, ...], value: float) -> CampaignConfig:
+    return CampaignConfig(
+        agent="simulated",
+        arms=arms,
+        repeat=spec.repeat,
+        domains=spec.domains,
+        seed=spec.seed,
+        policy_dir=spec.policy_dir,
+        reviewer=spec.reviewer,  # type: ignore[arg-type]
+        data=spec.data,
+        profile=spec.profile,
+        feedback=_changes(spec.kind, value),
+    )
+
+
 def run_lift(spec: LiftSpec, profile: Profile, out: Path, console: Console) -> str:
     """Run the sweep into ``out`` and return the last line."""
     arms = [a.name for a in parse_arms(spec.arms)]
@@ -357,22 +408,16 @@ def run_lift(spec: LiftSpec, profile: Profile, out: Path, console: Console) -> s
     (out / "prices.yaml").write_text(
         yaml.safe_dump({profile.agent_name: {"input": 0.0, "output": PRICE_PER_MTOK}}), encoding="utf-8"
     )
+    once = _off_once(spec, arms)
+    if once:
+        console.print(f"simulated {profile.name}: off (once: it meets no guard feedback)", highlight=False)
+        _run_one(_config(spec, ("off",), spec.values[0]), spec.workers, out / OFF_FILE, console, spec.tasks)
     for value in spec.values:
         stem = _stem(spec.kind, value)
         console.print(f"simulated {profile.name}: {stem}", highlight=False)
-        config = CampaignConfig(
-            agent="simulated",
-            arms=tuple(arms),
-            repeat=spec.repeat,
-            domains=spec.domains,
-            seed=spec.seed,
-            policy_dir=spec.policy_dir,
-            reviewer=spec.reviewer,  # type: ignore[arg-type]
-            data=spec.data,
-            profile=spec.profile,
-            feedback=_changes(spec.kind, value),
-        )
-        _run_one(config, spec.workers, out / f"{stem}.jsonl", console, spec.tasks)
+        config = _config(spec, tuple(a for a in arms if not (once and a == "off")), value)
+        reuse = out / OFF_FILE if once else None
+        _run_one(config, spec.workers, out / f"{stem}.jsonl", console, spec.tasks, reuse)
     return summarize(spec, profile, out)
 
 

@@ -108,7 +108,7 @@ def register(app: typer.Typer) -> None:
             ),
         ] = "feedback=0,0.25,0.5,0.75,1",
         arms: Annotated[str, typer.Option("--arms", help="Comma-separated arms.")] = (
-            "off,validation,retries,checks,approvals,surface,guard,oracle-ceiling"
+            "off,base,validation,retries,checks,approvals,surface,guard,oracle-ceiling"
         ),
         repeat: Annotated[int, typer.Option("--repeat", min=1, help="Attempts per task and arm.")] = 20,
         domain: Annotated[list[str] | None, typer.Option("--domain", help="Domain(s) (repeatable).")] = None,

@@ -29,8 +29,10 @@ signature, then to any family of the task; the row's ``metadata.simulated`` name
 any fallback. (One task of the benchmark has no write, so no fault of it fails the judge.)
 
 **Feedback.** Each reply that is an error or a guard intervention is feedback of one kind — a raw tool
-error, a classified hint (the guard's "What to do"), a policy violation (a cited rule), a held call — and
-a refused commit is the fifth. With the profile's probability for that kind the agent corrects course:
+error, a classified hint (the guard's class and "What to do"), a policy violation (a cited policy), a
+held call — read by the tool surface from the real outcome that produced it (``ToolReply.feedback``;
+:func:`~benchmark.campaign.surfaces.feedback_of`); a refused commit is the fifth. With the profile's
+probability for that kind the agent corrects course:
 it plays, in order, the golden calls it has not yet made successfully. At most :data:`MAX_REACTIONS`
 corrections per attempt. The uniform each decision is compared with comes from the unit seed and the
 step, so arms and feedback settings are paired: up to the first decision that differs, a higher
@@ -90,16 +92,9 @@ def _uniform(*parts: object) -> float:
 
 
 def feedback_kind(reply: ToolReply) -> str | None:
-    """The kind of feedback a reply is, read from what the agent sees; None when it is no feedback."""
-    if reply.guard == "held":
-        return "held"
-    if reply.guard in ("refused", "rolled_back"):
-        return "policy_violation" if "[rule " in reply.text else "classified_hint"
-    if not reply.is_error:
-        return None
-    if reply.guard == "failed" and "What to do:" in reply.text:
-        return "classified_hint"
-    return "raw_error"
+    """The kind of feedback a reply is: what the tool surface read from the real outcome that produced
+    it (:func:`~benchmark.campaign.surfaces.feedback_of` for a guarded call; a tool error in ``off``)."""
+    return reply.feedback
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from benchmark.campaign.agents import ToolReply
+from benchmark.campaign.agents import Feedback, ToolReply
 from benchmark.guarded import is_error_text
 from guard.approvals.gate import ApprovalGate
 from guard.models import ToolOutcome, Verdict
@@ -48,8 +48,10 @@ class DirectTools:
         try:
             result = self.execute(name, arguments)
         except Exception as exc:  # the plain passthrough has no recovery: the agent reads the error
-            return ToolReply(f"Error: {type(exc).__name__}: {exc}", is_error=True)
-        return ToolReply(result.text, is_error=result.is_error)
+            return ToolReply(f"Error: {type(exc).__name__}: {exc}", is_error=True, feedback="raw_error")
+        return ToolReply(
+            result.text, is_error=result.is_error, feedback="raw_error" if result.is_error else None
+        )
 
 
 class GuardedTools:
@@ -93,4 +95,21 @@ class GuardedTools:
         is_error = outcome.verdict is not Verdict.ALLOWED or (
             outcome.result is not None and is_error_text(outcome.result)
         )
-        return ToolReply(text, is_error=is_error, guard=outcome.verdict.value)
+        return ToolReply(text, is_error=is_error, guard=outcome.verdict.value, feedback=feedback_of(outcome))
+
+
+def feedback_of(outcome: ToolOutcome) -> Feedback | None:
+    """The kind of feedback a guarded call's answer is, read from the guard's real outcome (what
+    ``render_outcome`` shows the agent): held; refused or rolled back by a violation that cites a
+    policy; any other outcome that is not allowed carries the guard's classification and next step (a
+    classified hint — in every guarded arm, whatever its levers: the GuardSession classifies every
+    failure); an allowed call whose result is still an error is the tool's error as it came (raw)."""
+    if outcome.verdict is Verdict.HELD:
+        return "held"
+    if outcome.verdict is Verdict.ALLOWED:
+        return "raw_error" if outcome.result is not None and is_error_text(outcome.result) else None
+    if outcome.verdict in (Verdict.REFUSED, Verdict.ROLLED_BACK) and any(
+        v.source is not None for v in outcome.violations
+    ):
+        return "policy_violation"
+    return "classified_hint" if outcome.hint is not None or outcome.violations else "raw_error"

@@ -68,3 +68,50 @@ def test_bad_input_writes_nothing(tmp_path: Path, args: list[str], message: str)
     assert result.exit_code == 2
     assert message in " ".join(result.output.split())
     assert not out.exists()
+
+
+def test_off_is_measured_once_and_its_rows_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``off`` meets no guard feedback: one run of it serves every value, row for row."""
+    from benchmark.campaign import lift, runner
+
+    arms_run: list[str] = []
+    real = runner.run_units
+
+    def counting(config: Any, jobs: Any, workers: int, worker: Any = None) -> Any:
+        arms_run.extend(arm for _, arms in jobs for arm in arms)
+        return real(config, jobs, workers, worker=worker)
+
+    monkeypatch.setattr(lift, "run_units", counting)
+    out = tmp_path / "lift"
+    result = _lift(
+        "--profile", "kimi-k3", "--out", str(out), "--tasks", "*ST01[0-3]*", "--repeat", "2",
+        "--arms", "off,base,checks", "--sweep", "feedback=0,0.5,1",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    units = arms_run.count("base") // 3
+    assert units > 0 and arms_run.count("off") == units  # once, not once per value
+    once = (out / "off.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(once) == units
+    for stem in ("feedback-0", "feedback-0.5", "feedback-1"):
+        lines = (out / f"{stem}.jsonl").read_text(encoding="utf-8").splitlines()
+        assert [line for line in lines if '"arm": "off"' in line or '"arm":"off"' in line] == once
+        assert len(lines) == 3 * units
+    summary = (out / "summary.md").read_text(encoding="utf-8")
+    assert "`off`: measured once (at feedback=0; `off.jsonl`)" in summary
+    assert "the base every guarded arm shares" in summary
+    assert "Measured by the `base` arm" in summary
+
+
+def test_a_raw_error_sweep_runs_off_per_value(tmp_path: Path) -> None:
+    out = tmp_path / "lift"
+    result = _lift(
+        "--profile", "kimi-k3", "--out", str(out), "--tasks", "*ST010*", "--repeat", "1",
+        "--arms", "off,base", "--sweep", "raw_error=0,1",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert not (out / "off.jsonl").exists()
+    offs = [
+        [line for line in (out / f"raw_error-{v}.jsonl").read_text().splitlines() if '"off"' in line]
+        for v in ("0", "1")
+    ]
+    assert offs[0] and offs[1]

@@ -357,8 +357,12 @@ def test_arms_switch_one_lever_each(bench: BenchData) -> None:
     assert surface.hidden == pack.hidden == {"zendesk_delete_item"} and not checks.hidden
     assert approvals.model.approvals[-1] == IRREVERSIBLE_RULE and not approvals.checks
     assert ARMS["validation"].pack(pack).model.errors.validation == pack.model.errors.validation
-    for arm in ("off", "validation", "retries", "checks", "approvals", "surface"):
+    for arm in ("off", "base", "validation", "retries", "checks", "approvals", "surface"):
         assert ARMS[arm].pack(pack).model.tools.effects == pack.model.tools.effects
+    base = ARMS["base"].pack(pack)  # guarded, no lever: only what every guarded arm has
+    assert ARMS["base"].guarded and not ARMS["base"].levers
+    assert not base.checks and base.model.tools.allow is None and not base.model.approvals
+    assert base.model.errors.validation == "off" and not base.model.retry and not base.hidden
     guard = ARMS["guard"].pack(pack)
     assert guard.checks == pack.checks and guard.model.tools.allow == pack.model.tools.allow
     assert ARMS["oracle-ceiling"].oracle and "upper bound" in ARMS["oracle-ceiling"].label

@@ -10,9 +10,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from benchmark.campaign.agents import ToolReply
 from benchmark.campaign.results import DecodeResult, iter_results
-from benchmark.campaign.simulated import feedback_kind
 from proxy.cli import _mount_benchmark, app
 
 TASKS = "*ST01*"
@@ -103,30 +101,3 @@ def test_profile_only_with_the_simulated_agent(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert not out.exists()
-
-
-@pytest.mark.parametrize(
-    ("reply", "kind"),
-    [
-        (ToolReply('{"ok": true}'), None),
-        (ToolReply("Error: HTTPStatusError: 503", is_error=True), "raw_error"),
-        (
-            ToolReply(
-                "x failed; nothing of it was kept.\n- ... [transient]\n  What to do: retry", True, "failed"
-            ),
-            "classified_hint",
-        ),
-        (
-            ToolReply("Refused by the guard: x did not run\n- bad [rule r1]", True, "refused"),
-            "policy_violation",
-        ),
-        (
-            ToolReply("Refused by the guard: x did not run\n- What to do: fix", True, "refused"),
-            "classified_hint",
-        ),
-        (ToolReply("Held by the guard: x needs a human approval", True, "held"), "held"),
-        (ToolReply('{"error": "no such order"}', True, "allowed"), "raw_error"),
-    ],
-)
-def test_feedback_kind_is_read_from_what_the_agent_sees(reply: ToolReply, kind: str | None) -> None:
-    assert feedback_kind(reply) == kind
