@@ -7,7 +7,11 @@ own the session and are forwarded.
   session's notes are all there or none, and both replicas owned sessions.
 * ``kill -9`` of one replica mid-run: its sessions are reported lost and their writes are not in the
   database (rolled back with the replica's upstream connections, never partly committed), while the
-  other replica keeps serving its own sessions and new ones.
+  other replica keeps serving its own sessions and new ones; the sessions API on the other replica
+  says 503 with ``Retry-After`` while the dead one's lease runs, then 410 lost.
+* The sessions API (``/api/sessions/{id}``, ``/commit``, ``/rollback``) asked on the replica that does
+  not own the session is answered by the owner; an owner alive by its lease that does not answer
+  gives 503 with ``Retry-After``, a dead owner's session 410 lost, as ``/mcp`` says.
 
 Both run in ``make slow-check`` (part of ``make test``), not in ``make pytest``.
 """
@@ -23,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 import redis
 from mcp import Client, MCPError
@@ -152,7 +157,7 @@ async def test_hundred_sessions_across_two_replicas_all_or_nothing(
         present = [f"{session}-{p}" in rows for p in ("a", "b")]
         assert present == [i % 4 != 3] * 2, f"session {i}: {present}"
     with redis.Redis.from_url(REDIS_URL, decode_responses=True) as owners:
-        owned = {owners.get(f"shadowguard:session-owner:meta:{s}") for s in done.values()}
+        owned = {owners.get(f"shadowguard:session-owner:meta:/{s}") for s in done.values()}
     assert len(owned) == 2, f"sessions owned by {owned}: both replicas should own some"
 
 
@@ -169,13 +174,15 @@ async def test_a_killed_replica_loses_its_sessions_the_other_keeps_serving(
         Client(b.url, mode="2026-07-28", cache=None, read_timeout_seconds=60) as cb,
     ):
         committed_on_a = await _session(RoundRobin([ca, cb]), 1, commit=True)
-        doomed, survivor = f"doomed-{tag}", f"survivor-{tag}"
+        doomed, survivor, doomed_api = f"doomed-{tag}", f"survivor-{tag}", f"doomed-api-{tag}"
         await RoundRobin([cb]).call(survivor, "get_note", {"id": "n1"})  # b owns it
         await RoundRobin([ca]).call(doomed, "put_note", {"id": f"{doomed}-a", "body": "x"})  # a owns it
         await RoundRobin([cb]).call(doomed, "put_note", {"id": f"{doomed}-b", "body": "x"})  # forwarded
+        await RoundRobin([ca]).call(doomed_api, "get_note", {"id": "n1"})  # a owns it, nothing written
 
         harness.kill(a.proc.pid)
         a.proc.wait()
+        await _api_commit_until_lost(b.base, doomed_api)
 
         # b's session goes on and commits
         for part in ("a", "b"):
@@ -205,3 +212,90 @@ async def test_a_killed_replica_loses_its_sessions_the_other_keeps_serving(
     assert f"{doomed}-a" not in rows and f"{doomed}-b" not in rows
     for session in (committed_on_a, survivor, fresh):
         assert f"{session}-a" in rows and f"{session}-b" in rows, session
+
+
+async def _api_commit_until_lost(base: str, session: str) -> None:
+    """``POST /api/sessions/{session}/commit`` on a replica that does not own it, whose owner was
+    killed: 503 with ``Retry-After`` while the owner's lease runs, then 410 lost (never a commit)."""
+    async with httpx2.AsyncClient(base_url=base, timeout=60) as api:
+        with anyio.fail_after(HEARTBEAT_S * 15):
+            while True:
+                answer = await api.post(f"/api/sessions/{session}/commit")
+                if answer.status_code != 503:
+                    break
+                assert answer.headers["retry-after"] == str(int(HEARTBEAT_S)), answer.headers
+                assert answer.json()["error"]["code"] == "unavailable", answer.text
+                await anyio.sleep(HEARTBEAT_S / 2)
+    assert answer.status_code == 410, answer.text
+    assert answer.json()["error"]["code"] == "lost"
+    assert f"session {session!r} is lost" in answer.json()["error"]["message"]
+
+
+async def test_the_sessions_api_on_the_replica_that_does_not_own_the_session(
+    replicas: dict[str, Any], harness: Any
+) -> None:
+    """Two sessions written through a; b's sessions API shows, commits and rolls them back."""
+    a, b = replicas["a"], replicas["b"]
+    tag = uuid.uuid4().hex[:8]
+    kept, dropped = f"api-kept-{tag}", f"api-dropped-{tag}"
+    async with Client(a.url, mode="2026-07-28", cache=None, read_timeout_seconds=60) as ca:
+        for session in (kept, dropped):
+            await RoundRobin([ca]).call(session, "put_note", {"id": f"{session}-a", "body": "z"})
+    async with (
+        httpx2.AsyncClient(base_url=b.base, timeout=60) as on_b,
+        httpx2.AsyncClient(base_url=a.base, timeout=60) as on_a,
+    ):
+        shown = await on_b.get(f"/api/sessions/{kept}")
+        assert shown.status_code == 200, shown.text
+        assert shown.json()["id"] == kept and shown.json()["calls"] == 1, shown.json()
+        listed = (await on_b.get("/api/sessions")).json()
+        assert listed["replica"]["url"] == b.base, listed
+        assert kept not in {s["id"] for s in listed["sessions"]}, "b lists only its own sessions"
+        assert kept in {s["id"] for s in (await on_a.get("/api/sessions")).json()["sessions"]}
+
+        committed = await on_b.post(f"/api/sessions/{kept}/commit")
+        assert committed.status_code == 200, committed.text
+        assert committed.json()["committed"] is True and committed.json()["changes"] == 1
+        rolled = await on_b.post(f"/api/sessions/{dropped}/rollback")
+        assert rolled.status_code == 200, rolled.text
+        assert rolled.json()["rolled_back"] is True and rolled.json()["changes"] == 1
+
+        unknown = await on_b.post(f"/api/sessions/nobody-{tag}/commit")
+        assert unknown.status_code == 404, unknown.text
+    rows = harness.notes_rows(replicas["db"])
+    assert f"{kept}-a" in rows and f"{dropped}-a" not in rows
+
+
+async def test_the_sessions_api_when_the_owner_is_silent_or_dead(replicas: dict[str, Any]) -> None:
+    """Directory entries of a replica alive by its lease but listening nowhere, and of one whose lease
+    is gone: b answers 503 with Retry-After for the first, 410 lost for the second (and ``/mcp``
+    says lost too)."""
+    b = replicas["b"]
+    tag = uuid.uuid4().hex[:8]
+    silent, gone, ghost = f"api-silent-{tag}", f"api-gone-{tag}", f"ghost-{tag}"
+    keys = [f"shadowguard:replica:{ghost}"]
+    keys += [f"shadowguard:session-owner:meta:/{s}" for s in (silent, gone)]
+    keys += [f"shadowguard:session-principals:{s}" for s in (silent, gone)]
+    with redis.Redis.from_url(REDIS_URL) as directory:
+        directory.set(keys[0], f"http://127.0.0.1:{_free_port()}", px=120_000)
+        for session, owner in ((silent, ghost), (gone, f"dead-{tag}")):
+            directory.set(f"shadowguard:session-owner:meta:/{session}", owner, px=120_000)
+            directory.sadd(f"shadowguard:session-principals:{session}", "")  # no agent auth: no principal
+    try:
+        async with httpx2.AsyncClient(base_url=b.base, timeout=60) as api:
+            for path in (f"/api/sessions/{silent}", f"/api/sessions/{silent}/commit"):
+                answer = await api.request("GET" if path.endswith(silent) else "POST", path)
+                assert answer.status_code == 503, answer.text
+                assert answer.headers["retry-after"] == str(int(HEARTBEAT_S))
+                assert "is unreachable" in answer.json()["error"]["message"]
+            for method, path in (("GET", ""), ("POST", "/commit"), ("POST", "/rollback")):
+                answer = await api.request(method, f"/api/sessions/{gone}{path}")
+                assert answer.status_code == 410, answer.text
+                assert answer.json()["error"]["code"] == "lost"
+                assert f"session {gone!r} is lost" in answer.json()["error"]["message"]
+        async with Client(b.url, mode="2026-07-28", cache=None, read_timeout_seconds=60) as cb:
+            with pytest.raises(MCPError, match="is lost"):
+                await cb.call_tool("commit", {}, meta={"shadowguard/session": gone})
+    finally:
+        with redis.Redis.from_url(REDIS_URL) as directory:
+            directory.delete(*keys)
