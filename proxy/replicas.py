@@ -174,7 +174,7 @@ class ReplicaDirectory:
 
     async def principals(self, session_id: str) -> list[str | None]:
         """The principals whose ``_meta`` sessions used ``session_id`` lately (None: no agent auth)."""
-        members = await self._redis.smembers(_PRINCIPALS + session_id)  # type: ignore[misc]
+        members = await self._redis.smembers(_PRINCIPALS + session_id)
         return sorted((unquote(m) or None for m in members), key=lambda p: p or "")
 
     async def _renew(self, key: SessionKey, *, owner_key: bool) -> None:

@@ -24,10 +24,11 @@ import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx2
+import mcp.types as types
 import pytest
 import redis
 from mcp import Client, MCPError
@@ -80,6 +81,11 @@ def replicas(tmp_path: Path, harness: Any) -> Iterator[dict[str, Any]]:
                 started[name].stop()
 
 
+def _meta(session: str) -> types.RequestParamsMeta:
+    """A request's ``_meta`` naming the guard session."""
+    return cast(types.RequestParamsMeta, {"shadowguard/session": session})
+
+
 def _retryable(outcome: Any) -> bool:
     """Whether the guard's outcome says the failure is retryable (``retryable: true`` in it)."""
     if isinstance(outcome, dict):
@@ -103,7 +109,7 @@ class RoundRobin:
         for _ in range(RETRIES):
             client = self.clients[self.turn % len(self.clients)]
             self.turn += 1
-            result = await client.call_tool(tool, arguments, meta={"shadowguard/session": session})
+            result = await client.call_tool(tool, arguments, meta=_meta(session))
             text = "\n".join(getattr(p, "text", "") for p in result.content)
             if not (result.is_error and _retryable((result.meta or {}).get("shadowguard/outcome"))):
                 break
@@ -189,7 +195,7 @@ async def test_a_killed_replica_loses_its_sessions_the_other_keeps_serving(
             await RoundRobin([cb]).call(survivor, "put_note", {"id": f"{survivor}-{part}", "body": "y"})
         await RoundRobin([cb]).call(survivor, "commit", {})
         # a's session, asked on b: unreachable (retry) while a's lease lasts, then lost for good
-        meta = {"shadowguard/session": doomed}
+        meta = _meta(doomed)
         with anyio.fail_after(HEARTBEAT_S * 15):
             while True:
                 try:
@@ -234,17 +240,18 @@ async def _api_commit_until_lost(base: str, session: str) -> None:
 async def test_the_sessions_api_on_the_replica_that_does_not_own_the_session(
     replicas: dict[str, Any], harness: Any
 ) -> None:
-    """Two sessions written through a; b's sessions API shows, commits and rolls them back."""
+    """Sessions written through a (one after the other: both upstreams write one SQLite file, so an
+    open write transaction holds it); b's sessions API shows and commits the first, rolls back the
+    second."""
     a, b = replicas["a"], replicas["b"]
     tag = uuid.uuid4().hex[:8]
     kept, dropped = f"api-kept-{tag}", f"api-dropped-{tag}"
-    async with Client(a.url, mode="2026-07-28", cache=None, read_timeout_seconds=60) as ca:
-        for session in (kept, dropped):
-            await RoundRobin([ca]).call(session, "put_note", {"id": f"{session}-a", "body": "z"})
     async with (
+        Client(a.url, mode="2026-07-28", cache=None, read_timeout_seconds=60) as ca,
         httpx2.AsyncClient(base_url=b.base, timeout=60) as on_b,
         httpx2.AsyncClient(base_url=a.base, timeout=60) as on_a,
     ):
+        await RoundRobin([ca]).call(kept, "put_note", {"id": f"{kept}-a", "body": "z"})
         shown = await on_b.get(f"/api/sessions/{kept}")
         assert shown.status_code == 200, shown.text
         assert shown.json()["id"] == kept and shown.json()["calls"] == 1, shown.json()
@@ -252,10 +259,11 @@ async def test_the_sessions_api_on_the_replica_that_does_not_own_the_session(
         assert listed["replica"]["url"] == b.base, listed
         assert kept not in {s["id"] for s in listed["sessions"]}, "b lists only its own sessions"
         assert kept in {s["id"] for s in (await on_a.get("/api/sessions")).json()["sessions"]}
-
         committed = await on_b.post(f"/api/sessions/{kept}/commit")
         assert committed.status_code == 200, committed.text
         assert committed.json()["committed"] is True and committed.json()["changes"] == 1
+
+        await RoundRobin([ca]).call(dropped, "put_note", {"id": f"{dropped}-a", "body": "z"})
         rolled = await on_b.post(f"/api/sessions/{dropped}/rollback")
         assert rolled.status_code == 200, rolled.text
         assert rolled.json()["rolled_back"] is True and rolled.json()["changes"] == 1
@@ -295,7 +303,7 @@ async def test_the_sessions_api_when_the_owner_is_silent_or_dead(replicas: dict[
                 assert f"session {gone!r} is lost" in answer.json()["error"]["message"]
         async with Client(b.url, mode="2026-07-28", cache=None, read_timeout_seconds=60) as cb:
             with pytest.raises(MCPError, match="is lost"):
-                await cb.call_tool("commit", {}, meta={"shadowguard/session": gone})
+                await cb.call_tool("commit", {}, meta=_meta(gone))
     finally:
         with redis.Redis.from_url(REDIS_URL) as directory:
             directory.delete(*keys)
