@@ -32,12 +32,20 @@ import mcp.types as types
 import pytest
 import redis
 from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
+
+from proxy.approvals.auth import hash_token
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # minutes on a loaded machine: `make slow-check`
 REDIS_URL = os.environ.get("SHADOWGUARD_TEST_REDIS", "redis://127.0.0.1:6379/0")
 SESSIONS = 100
 HEARTBEAT_S = 2.0
 RETRIES = 20
+TOKENS = {name: f"{name}-{uuid.uuid4().hex}" for name in ("alice", "bob", "ops")}
+AUTH = {
+    "agents": [{"name": n, "token_sha256": hash_token(TOKENS[n])} for n in ("alice", "bob")],
+    "orchestrators": [{"name": "ops", "token_sha256": hash_token(TOKENS["ops"])}],
+}
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +62,16 @@ def _free_port() -> int:
 @pytest.fixture
 def replicas(tmp_path: Path, harness: Any) -> Iterator[dict[str, Any]]:
     """Replicas a and b (started one after the other: the first creates the shared database)."""
+    yield from _replicas(tmp_path, harness)
+
+
+@pytest.fixture
+def replicas_with_auth(tmp_path: Path, harness: Any) -> Iterator[dict[str, Any]]:
+    """Replicas a and b with agent tokens (alice, bob) and an orchestrator's (ops)."""
+    yield from _replicas(tmp_path, harness, auth=AUTH)
+
+
+def _replicas(tmp_path: Path, harness: Any, **sections: Any) -> Iterator[dict[str, Any]]:
     try:
         with redis.Redis.from_url(REDIS_URL) as probe:
             probe.ping()
@@ -72,6 +90,7 @@ def replicas(tmp_path: Path, harness: Any) -> Iterator[dict[str, Any]]:
                 sessions={"store": f"sqlite:///{tmp_path / name}-sessions.db", "lease_s": 900},
                 approvals={"store": f"sqlite:///{tmp_path / name}-approvals.db"},
                 replicas={"redis": REDIS_URL, "url": f"http://127.0.0.1:{port}", "heartbeat_s": HEARTBEAT_S},
+                **sections,
             )
             started[name] = harness.shadowguard_serve(config).ready()
         yield started
@@ -307,3 +326,55 @@ async def test_the_sessions_api_when_the_owner_is_silent_or_dead(replicas: dict[
     finally:
         with redis.Redis.from_url(REDIS_URL) as directory:
             directory.delete(*keys)
+
+
+def _bearer(who: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS[who]}"}
+
+
+async def _read_as(who: str, url: str, session: str) -> None:
+    """``who`` reads a note through ``url`` in its session ``session`` (it opens the session there)."""
+    async with (
+        httpx2.AsyncClient(headers=_bearer(who), timeout=60) as http,
+        Client(streamable_http_client(url, http_client=http), mode="2026-07-28", cache=None) as agent,
+    ):
+        result = await agent.call_tool("get_note", {"id": "n1"}, meta=_meta(session))
+    assert result.meta is not None and result.meta["shadowguard/outcome"]["session"] == session
+
+
+async def test_two_agents_with_one_session_id_across_replicas(replicas_with_auth: dict[str, Any]) -> None:
+    """alice's session S opens on a, bob's S on b: each stays on its replica (bob's is not sent to
+    alice's), and the sessions API reaches each through the other replica with the caller's token."""
+    a, b = replicas_with_auth["a"], replicas_with_auth["b"]
+    shared, solo = f"shared-{uuid.uuid4().hex[:8]}", f"solo-{uuid.uuid4().hex[:8]}"
+    await _read_as("alice", a.url, shared)
+    await _read_as("alice", a.url, solo)
+    await _read_as("bob", b.url, shared)
+    async with httpx2.AsyncClient(timeout=60) as api:
+        ids = {
+            name: (await api.get(f"{r.base}/api/sessions", headers=_bearer("ops"))).json()["replica"]["id"]
+            for name, r in (("a", a), ("b", b))
+        }
+        with redis.Redis.from_url(REDIS_URL, decode_responses=True) as directory:
+            assert directory.get(f"shadowguard:session-owner:meta:alice/{shared}") == ids["a"]
+            assert directory.get(f"shadowguard:session-owner:meta:bob/{shared}") == ids["b"]
+
+        as_alice = await api.get(f"{b.base}/api/sessions/{shared}", headers=_bearer("alice"))
+        assert as_alice.status_code == 200 and as_alice.json()["principal"] == "alice", as_alice.text
+        bob_by_ops = await api.get(f"{a.base}/api/sessions/{shared}?principal=bob", headers=_bearer("ops"))
+        assert bob_by_ops.status_code == 200 and bob_by_ops.json()["principal"] == "bob", bob_by_ops.text
+        nobody = await api.post(f"{a.base}/api/sessions/{shared}/commit")
+        assert nobody.status_code == 401, nobody.text
+
+        bob_rolled = await api.post(f"{a.base}/api/sessions/{shared}/rollback", headers=_bearer("bob"))
+        assert bob_rolled.status_code == 200 and bob_rolled.json()["rolled_back"] is True, bob_rolled.text
+        alice_by_ops = await api.post(
+            f"{b.base}/api/sessions/{shared}/commit?principal=alice", headers=_bearer("ops")
+        )
+        assert alice_by_ops.status_code == 200, alice_by_ops.text
+        assert alice_by_ops.json()["committed"] is True
+        # an id only alice's session on a holds, named alone by an orchestrator on b: found by the index
+        solo_by_ops = await api.get(f"{b.base}/api/sessions/{solo}", headers=_bearer("ops"))
+        assert solo_by_ops.status_code == 200 and solo_by_ops.json()["principal"] == "alice", solo_by_ops.text
+        bob_on_solo = await api.get(f"{a.base}/api/sessions/{solo}", headers=_bearer("bob"))
+        assert bob_on_solo.status_code == 404, "another agent's session is not found, wherever it is asked"
