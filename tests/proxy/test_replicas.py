@@ -12,6 +12,8 @@ own the session and are forwarded.
 * The sessions API (``/api/sessions/{id}``, ``/commit``, ``/rollback``) asked on the replica that does
   not own the session is answered by the owner; an owner alive by its lease that does not answer
   gives 503 with ``Retry-After``, a dead owner's session 410 lost, as ``/mcp`` says.
+* With agent tokens: two agents using one session id on different replicas keep a session each, on
+  its own replica; the API reaches each through the other replica with the caller's token.
 
 Both run in ``make slow-check`` (part of ``make test``), not in ``make pytest``.
 """
