@@ -201,6 +201,12 @@ _SESSION_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 _NO_SESSION: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "No open session with this id that the caller may see"},
+    410: {"model": ErrorBody, "description": "Several replicas: the session's replica died (code lost)"},
+    503: {
+        "model": ErrorBody,
+        "description": "Several replicas: the session's replica or the directory does not answer "
+        "(code unavailable; Retry-After)",
+    },
 }
 
 
