@@ -9,6 +9,9 @@ orchestrators, and the routers other parts contribute (``/healthz``, ``/readyz``
   "not_undone_calls", "not_reversed"}``
 * ``GET /api/sessions`` and ``GET /api/sessions/{id}`` -> the open sessions' status
 
+With several replicas (docs/deploy.md) a request for a session another replica holds is answered by
+that replica (proxy/replica_api.py); the list is this replica's sessions and says which replica.
+
 With ``auth.agents`` or ``auth.orchestrators`` configured these need a bearer token: an orchestrator's
 (every session) or an agent's (its own sessions; another's is 404). Without either they are open.
 
@@ -33,8 +36,9 @@ import anyio
 import uvicorn
 from anyio.abc import TaskStatus
 from fastapi import APIRouter, Depends, FastAPI
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.datastructures import Headers
+from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -54,7 +58,8 @@ from proxy.health import health_router
 from proxy.held import HeldCalls, check_reviewers
 from proxy.ledger import SessionLedger
 from proxy.registry import ANY, SessionRegistry
-from proxy.replicas import replica_router
+from proxy.replica_api import ReplicaSessions
+from proxy.replicas import ReplicaRouter, replica_directory
 from proxy.server import GuardProxy, principal_of_scope
 from proxy.sessions import ProxySession, RollbackOutcome
 
@@ -196,6 +201,12 @@ _SESSION_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 _NO_SESSION: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "No open session with this id that the caller may see"},
+    410: {"model": ErrorBody, "description": "Several replicas: the session's replica died (code lost)"},
+    503: {
+        "model": ErrorBody,
+        "description": "Several replicas: the session's replica or the directory does not answer "
+        "(code unavailable; Retry-After)",
+    },
 }
 
 
@@ -212,8 +223,11 @@ async def _warn_if_sessions_open(app: FastAPI) -> AsyncIterator[None]:
     yield
 
 
-def sessions_router(proxy: GuardProxy) -> APIRouter:
+def sessions_router(proxy: GuardProxy, replicas: ReplicaSessions | None = None) -> APIRouter:
     """``/api/sessions``: commit, roll back and inspect guard sessions (for orchestrators).
+
+    With ``replicas``, a session this replica does not hold is answered by the replica that does
+    (:class:`proxy.replica_api.ReplicaSessions`).
 
     Who may do what is :func:`proxy.approvals.auth.sessions_caller`: with ``auth.agents`` or
     ``auth.orchestrators`` configured an orchestrator acts on every session and an agent on its own
@@ -257,6 +271,16 @@ def sessions_router(proxy: GuardProxy) -> APIRouter:
             why = f": it was rolled back and closed ({ended})" if ended is not None else ""
         raise ApiError(404, "not_found", f"no open session {session_id!r}{why}")
 
+    async def elsewhere(
+        request: Request, session_id: str, caller: SessionsCaller, principal: str | None
+    ) -> Response | None:
+        """The owner replica's answer for a session not held here (None: answer here)."""
+        if replicas is None or visible(session_id, caller, principal):
+            return None
+        if caller.role == "agent":
+            return await replicas.answer(request, session_id, [caller.name])
+        return await replicas.answer(request, session_id, None if principal is None else [principal])
+
     async def recorded(
         session_id: str, caller: SessionsCaller, principal: str | None
     ) -> dict[str, Any] | None:
@@ -290,13 +314,21 @@ def sessions_router(proxy: GuardProxy) -> APIRouter:
 
     @router.get("")
     async def list_sessions(caller: _Caller) -> JSONResponse:
+        """The open sessions the caller may see; with several replicas, this replica's only, and
+        ``replica`` names it."""
         visible = [s.describe() for s in proxy.sessions if caller.may_act_on(s.principal)]
-        return JSONResponse({"sessions": visible})
+        if replicas is None:
+            return JSONResponse({"sessions": visible})
+        return JSONResponse({"sessions": visible, "replica": replicas.describe()})
 
     @router.get("/{session_id:path}", responses=_NO_SESSION)
-    async def get_session(session_id: str, caller: _Caller, principal: str | None = None) -> JSONResponse:
+    async def get_session(
+        request: Request, session_id: str, caller: _Caller, principal: str | None = None
+    ) -> Response:
         """An open session's status; for one no longer open that the session ledger still holds (a
         commit that did not finish, or writes lost in a restart): ``open: false`` and what it says."""
+        if (answer := await elsewhere(request, session_id, caller, principal)) is not None:
+            return answer
         if not visible(session_id, caller, principal):
             body = await recorded(session_id, caller, principal)
             if body is not None:
@@ -304,7 +336,11 @@ def sessions_router(proxy: GuardProxy) -> APIRouter:
         return JSONResponse(find(session_id, caller, principal).describe())
 
     @router.post("/{session_id:path}/commit", responses=_NO_SESSION)
-    async def commit(session_id: str, caller: _Caller, principal: str | None = None) -> JSONResponse:
+    async def commit(
+        request: Request, session_id: str, caller: _Caller, principal: str | None = None
+    ) -> Response:
+        if (answer := await elsewhere(request, session_id, caller, principal)) is not None:
+            return answer
         session = find(session_id, caller, principal)
         with telemetry.span("shadowguard.commit", session=session_id, via="api"):
             outcome = await session.commit()
@@ -320,7 +356,11 @@ def sessions_router(proxy: GuardProxy) -> APIRouter:
         return JSONResponse(body)
 
     @router.post("/{session_id:path}/rollback", responses=_NO_SESSION)
-    async def rollback(session_id: str, caller: _Caller, principal: str | None = None) -> JSONResponse:
+    async def rollback(
+        request: Request, session_id: str, caller: _Caller, principal: str | None = None
+    ) -> Response:
+        if (answer := await elsewhere(request, session_id, caller, principal)) is not None:
+            return answer
         outcome = await find(session_id, caller, principal).rollback("api")
         return JSONResponse(
             {
@@ -407,9 +447,12 @@ def create_app(
                     raise RuntimeError("create_app(lifespan_runs_proxy=True) needs the recorder")
                 await stack.enter_async_context(serving(proxy, recorder, config))
             await stack.enter_async_context(proxy.server.session_manager.run())
+            if directory is not None:
+                await stack.enter_async_context(directory.running())
             if replica_front is not None:
-                await stack.enter_async_context(replica_front.directory.running())
                 stack.push_async_callback(replica_front.aclose)
+            if replica_api is not None:
+                stack.push_async_callback(replica_api.aclose)
             yield
 
     app = FastAPI(
@@ -421,13 +464,19 @@ def create_app(
     audit_from = recorder if recorder is not None else proxy.sessions.observer
     app.state.audit = audit_from.audit if isinstance(audit_from, Recorder) else None
     app.include_router(health_router(proxy.readiness))
-    app.include_router(sessions_router(proxy))
+    directory = replica_directory(config)
+    replica_api = ReplicaSessions(directory) if directory is not None else None
+    app.include_router(sessions_router(proxy, replica_api))
     app.include_router(approvals_router())
     app.include_router(review_router())
     for router in routers:
         app.include_router(router)
     mcp: ASGIApp = _EndSessionOnDelete(mcp_app, proxy)
-    replica_front = replica_router(mcp, config)
+    replica_front = (
+        ReplicaRouter(mcp, directory, max_body_bytes=config.http.max_body_bytes)
+        if directory is not None
+        else None
+    )
     mcp = replica_front if replica_front is not None else mcp
     if config.auth.agents:
         mcp = AgentAuth(mcp, config.auth, path=MCP_PATH)

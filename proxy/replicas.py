@@ -22,7 +22,20 @@ its lease but unreachable, the answer is a retryable error. Requests that name n
 
 Errors: Redis unreachable -> HTTP 503 with a JSON-RPC error (fail closed: a call is never run on a
 replica that could not check it owns the session). Approvals already live in the shared approval
-store (``approvals.store: redis://...``) and are decided from any replica.
+store (``approvals.store: redis://...``) and are decided from any replica. The sessions API
+(``/api/sessions/{id}...``) is placed by the same keys, without claiming: proxy/replica_api.py.
+
+**Owner keys and principals.** Guard sessions are keyed by (principal, id) (ADR 011), and so is a
+``_meta`` session's owner key: ``meta:<principal, percent-encoded>/<id>`` (the principal the agent
+token names, empty without agent auth; encoded, so no principal can end inside another's key). Two
+agents that pick the same id are two sessions: each is claimed, renewed and, when its replica dies,
+marked lost on its own; one agent's lost id never refuses the other's fresh session, and one cannot
+pin the other's sessions to its replica. The ids each principal used are indexed in
+``shadowguard:session-principals:<id>`` (a set of encoded principals, kept while a lease or a lost
+mark can last) for an orchestrator that names a session by id alone. An ``Mcp-Session-Id`` key
+(``http:<id>``) stays principal-free on purpose: the SDK keeps that HTTP session in the process that
+minted it, whoever sends the header, so every request carrying it must reach that process (another
+agent's use of it is refused there by the SDK, which binds the id to the agent that opened it).
 """
 
 from __future__ import annotations
@@ -34,6 +47,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import quote, unquote
 
 import anyio
 import httpx2
@@ -43,6 +57,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.config import ProxyConfig
+from proxy.server import principal_of_scope
 
 logger = logging.getLogger(__name__)
 
@@ -56,13 +71,31 @@ REPLICA_UNAVAILABLE = -32004
 
 _ALIVE = "shadowguard:replica:"
 _OWNER = "shadowguard:session-owner:"
+_PRINCIPALS = "shadowguard:session-principals:"
 _MARK_LOST = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 end
 return false
 """
-_HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive"}
+HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive"}
+
+
+@dataclass(frozen=True)
+class SessionKey:
+    """What a session is placed by: its ``Mcp-Session-Id`` (``era="http"``), else its ``_meta`` id
+    together with the principal it runs under (see the module docstring)."""
+
+    id: str
+    principal: str | None = None
+    era: Literal["http", "meta"] = "meta"
+
+    @property
+    def name(self) -> str:
+        """The owner key's suffix in Redis."""
+        if self.era == "http":
+            return f"http:{self.id}"
+        return f"meta:{quote(self.principal or '', safe='')}/{self.id}"
 
 
 @dataclass(frozen=True)
@@ -110,18 +143,28 @@ class ReplicaDirectory:
             except RedisError as exc:  # the next beat retries; the lease covers two misses
                 logger.error("replica heartbeat failed: %s", exc)
 
-    async def place(self, key: str) -> Placement:
+    async def place(self, key: SessionKey) -> Placement:
         """Claim ``key`` for this replica, or say where it lives (raises RedisError)."""
-        owner_key = _OWNER + key
-        if await self._redis.set(owner_key, self.replica_id, nx=True, px=self.session_lease_ms):
+        if await self._redis.set(_OWNER + key.name, self.replica_id, nx=True, px=self.session_lease_ms):
+            await self._renew(key, owner_key=False)
             return Placement("here", self.replica_id, self.url)
-        owner = _text(await self._redis.get(owner_key))
-        if owner is None:  # expired between the two calls
+        placement = await self.locate(key)
+        if placement is None:  # expired between the two calls
             return await self.place(key)
+        if placement.where == "here":
+            await self._renew(key, owner_key=True)
+        return placement
+
+    async def locate(self, key: SessionKey) -> Placement | None:
+        """Where ``key`` lives, without claiming it: None when no replica owns it. An owner whose
+        alive key has expired is dead: the session is marked lost here (raises RedisError)."""
+        owner_key = _OWNER + key.name
+        owner = _text(await self._redis.get(owner_key))
+        if owner is None:
+            return None
         if owner.startswith("lost:"):
             return Placement("lost", owner.removeprefix("lost:"))
         if owner == self.replica_id:
-            await self._redis.pexpire(owner_key, self.session_lease_ms)
             return Placement("here", owner, self.url)
         url = _text(await self._redis.get(_ALIVE + owner))
         if url is not None:
@@ -129,31 +172,57 @@ class ReplicaDirectory:
         await self._mark_lost(keys=[owner_key], args=[owner, f"lost:{owner}", LOST_TTL_S * 1000])
         return Placement("lost", owner)
 
+    async def principals(self, session_id: str) -> list[str | None]:
+        """The principals whose ``_meta`` sessions used ``session_id`` lately (None: no agent auth)."""
+        members = await self._redis.smembers(_PRINCIPALS + session_id)
+        return sorted((unquote(m) or None for m in members), key=lambda p: p or "")
+
+    async def _renew(self, key: SessionKey, *, owner_key: bool) -> None:
+        """Extend the owner key's lease (``owner_key``) and keep a ``_meta`` id's principal indexed."""
+        if not owner_key and key.era != "meta":
+            return
+        async with self._redis.pipeline(transaction=False) as pipe:
+            if owner_key:
+                pipe.pexpire(_OWNER + key.name, self.session_lease_ms)
+            if key.era == "meta":
+                index = _PRINCIPALS + key.id
+                pipe.sadd(index, quote(key.principal or "", safe=""))
+                pipe.pexpire(index, self.session_lease_ms + LOST_TTL_S * 1000)
+            await pipe.execute()
+
+
+def lost_message(session_id: str, owner: str | None) -> str:
+    """What a request of a lost session is told (over ``/mcp`` and the sessions API alike)."""
+    return (
+        f"session {session_id!r} is lost: its replica ({owner}) stopped; its uncommitted changes were "
+        "rolled back with it. Start a new session."
+    )
+
 
 def _text(value: bytes | str | None) -> str | None:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def replica_router(app: ASGIApp, config: ProxyConfig) -> ReplicaRouter | None:
-    """``app`` (the ``/mcp`` endpoint) behind a :class:`ReplicaRouter`, or None with one replica."""
+def replica_directory(config: ProxyConfig) -> ReplicaDirectory | None:
+    """This replica's directory ``config.replicas`` describes, or None with one replica."""
     replicas = config.replicas
     if replicas.redis is None or replicas.url is None:
         return None
-    directory = ReplicaDirectory(
+    return ReplicaDirectory(
         replicas.redis,
         replicas.url,
         heartbeat_s=replicas.heartbeat_s,
         session_lease_s=config.sessions.lease_s,
     )
-    return ReplicaRouter(app, directory, max_body_bytes=config.http.max_body_bytes)
 
 
-def session_key(scope: Scope, body: bytes) -> str | None:
+def session_key(scope: Scope, body: bytes) -> SessionKey | None:
     """The key a request is placed by: its ``Mcp-Session-Id`` (the SDK keeps that session in the
-    process that minted it), else ``_meta["shadowguard/session"]`` of a JSON-RPC request body."""
+    process that minted it), else ``_meta["shadowguard/session"]`` of a JSON-RPC request body with
+    the request's authenticated principal."""
     header = Headers(scope=scope).get("mcp-session-id")
     if header:
-        return f"http:{header}"
+        return SessionKey(header, era="http")
     try:
         message = json.loads(body) if body else None
     except ValueError:
@@ -161,7 +230,9 @@ def session_key(scope: Scope, body: bytes) -> str | None:
     params = message.get("params") if isinstance(message, dict) else None
     meta = params.get("_meta") if isinstance(params, dict) else None
     value = meta.get(SESSION_META_KEY) if isinstance(meta, dict) else None
-    return f"meta:{value}" if isinstance(value, str) and value else None
+    if not isinstance(value, str) or not value:
+        return None
+    return SessionKey(value, principal_of_scope(scope))
 
 
 class ReplicaRouter:
@@ -199,8 +270,7 @@ class ReplicaRouter:
                 body,
                 200,
                 SESSION_LOST,
-                f"session {key.partition(':')[2]!r} is lost: its replica ({placement.owner}) stopped; its "
-                "uncommitted changes were rolled back with it. Start a new session.",
+                lost_message(key.id, placement.owner),
             )
         elif forwarded:
             await _rpc_error(
@@ -221,7 +291,7 @@ class ReplicaRouter:
             if message["type"] == "http.response.start":
                 minted = Headers(raw=message.get("headers", [])).get("mcp-session-id")
                 if minted:
-                    await self.directory.place(f"http:{minted}")
+                    await self.directory.place(SessionKey(minted, era="http"))
             await send(message)
 
         return claiming
@@ -230,7 +300,7 @@ class ReplicaRouter:
         headers = [
             (k.decode("latin-1"), v.decode("latin-1"))
             for k, v in scope["headers"]
-            if k.decode("latin-1").lower() not in _HOP_HEADERS
+            if k.decode("latin-1").lower() not in HOP_HEADERS
         ]
         headers.append((FORWARDED_HEADER, self.directory.replica_id))
         query = scope.get("query_string", b"").decode("latin-1")
@@ -251,7 +321,7 @@ class ReplicaRouter:
             out = [
                 (k.encode("latin-1"), v.encode("latin-1"))
                 for k, v in response.headers.multi_items()
-                if k.lower() not in _HOP_HEADERS
+                if k.lower() not in HOP_HEADERS
             ]
             await send({"type": "http.response.start", "status": response.status_code, "headers": out})
             async for chunk in response.aiter_raw():

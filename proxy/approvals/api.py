@@ -67,7 +67,7 @@ _REASON = r"[^\s\x1c-\x1f]"
 """A reason must hold something other than whitespace. ``\x1c``-``\x1f`` are spelled out because Python
 counts them as whitespace and the schema's regex engines do not: the rule must read the same in both."""
 
-ApiErrorCode = ErrorCode | Literal["unavailable"]
+ApiErrorCode = ErrorCode | Literal["unavailable", "lost"]
 
 
 class ApiError(Exception):
