@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
@@ -21,7 +22,7 @@ STARTUP_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
 POLL_S = 0.05
 
-__all__ = ["STARTUP_TIMEOUT_S", "ServerError", "ServerProcess"]
+__all__ = ["STARTUP_TIMEOUT_S", "ServerError", "ServerProcess", "stop_all"]
 
 
 class ServerError(RuntimeError):
@@ -103,11 +104,16 @@ class ServerProcess:
             time.sleep(POLL_S)
         raise self._failed(f"did not start in {timeout_s:.0f} s")
 
+    def terminate(self) -> None:
+        """SIGTERM, without waiting (:meth:`stop` waits); nothing when the process has ended."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
         """SIGTERM, then SIGKILL after ``timeout_s``; closes the log. Returns the exit code. Stopping a
         stopped process does nothing more."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.terminate()
             try:
                 self.proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -115,3 +121,13 @@ class ServerProcess:
                 self.proc.wait()
         self._log_file.close()
         return self.proc.returncode
+
+
+def stop_all(servers: Iterable[ServerProcess], timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """Stop several servers at once: SIGTERM to all, then :meth:`ServerProcess.stop` each (their
+    graceful shutdowns overlap instead of adding up)."""
+    listed = list(servers)
+    for server in listed:
+        server.terminate()
+    for server in listed:
+        server.stop(timeout_s)

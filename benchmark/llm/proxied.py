@@ -2,8 +2,8 @@
 
 Each campaign worker starts, per domain and once, the domain's environment as an MCP server over HTTP
 (:mod:`benchmark.llm.staged_env`: ``shadowguard env serve`` plus two staging methods) and, per guarded
-arm on its first attempt, a real ``shadowguard serve`` subprocess with that server as its upstream and
-the arm's cut of the domain's pack as the upstream's ``policy:`` — a pack file written in the pack's
+arm on its first attempt there, a real ``shadowguard serve`` subprocess with that server as its upstream
+and the arm's cut of the domain's pack as the upstream's ``policy:`` — a pack file written in the pack's
 own format (:mod:`benchmark.llm.armpacks`), loaded as a deployment loads any pack — with an approvals
 store and a campaign reviewer in a temporary folder. An attempt then
 
@@ -52,7 +52,7 @@ from benchmark.llm.armpacks import write_arm_pack
 from benchmark.llm.staged_env import ANNOUNCE as ENV_ANNOUNCE
 from benchmark.llm.staged_env import stage, take
 from benchmark.perf_proxy import SERVE_ANNOUNCE
-from benchmark.procs import ServerProcess
+from benchmark.procs import ServerProcess, stop_all
 from benchmark.tasks import Task
 from guard.policy import PolicyPack
 
@@ -100,13 +100,14 @@ class _Proxy:
             SERVE_ANNOUNCE,
             name=f"shadowguard serve ({name})",
         )
-        try:
-            self.url = self.server.wait_url()
-        except BaseException:
-            self.server.stop()
-            raise
-        self.base = self.url.rsplit("/mcp", 1)[0]
         self.reviewer_token = token
+        self.url = ""
+        self.base = ""
+
+    def wait(self) -> None:
+        """Returns once the proxy listens (:class:`~benchmark.procs.ServerError` if it does not)."""
+        self.url = self.server.wait_url()
+        self.base = self.url.rsplit("/mcp", 1)[0]
 
 
 class _Domain:
@@ -128,15 +129,21 @@ class _Domain:
             raise
 
     def proxy(self, arm: Arm, pack: PolicyPack, load: Callable[[Path], PolicyPack], token: str) -> _Proxy:
+        """The arm's proxy, started (and waited for) on its first use. One at a time: a proxy's start
+        is mostly CPU (imports), so starting several together is no faster, only later each."""
         if arm.name not in self.proxies:
             written = write_arm_pack(arm, pack, self.work / "packs" / arm.name / self.name, load)
-            self.proxies[arm.name] = _Proxy(self.work, self.name, arm, written, self.env_url, token)
+            proxy = _Proxy(self.work, self.name, arm, written, self.env_url, token)
+            try:
+                proxy.wait()
+            except BaseException:
+                proxy.server.stop()
+                raise
+            self.proxies[arm.name] = proxy
         return self.proxies[arm.name]
 
     def stop(self) -> None:
-        for proxy in self.proxies.values():
-            proxy.server.stop()
-        self.env.stop()
+        stop_all([*(p.server for p in self.proxies.values()), self.env])
 
 
 class ProxyStack:
@@ -169,8 +176,10 @@ class ProxyStack:
         if self._closed:
             return
         self._closed = True
-        for domain in self.domains.values():
-            domain.stop()
+        stop_all(
+            [*(p.server for d in self.domains.values() for p in d.proxies.values())]
+            + [d.env for d in self.domains.values()]
+        )
         self.domains.clear()
         self._exit.close()
         self._tmp.cleanup()
