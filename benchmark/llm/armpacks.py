@@ -102,9 +102,12 @@ def _same_cut(written: PolicyPack, cut: PolicyPack) -> list[str]:
     return differences
 
 
-def write_arm_pack(arm: Arm, pack: PolicyPack, folder: Path, load: Callable[[Path], PolicyPack]) -> Path:
+def write_arm_pack(
+    arm: Arm, pack: PolicyPack, folder: Path, load: Callable[[Path], PolicyPack]
+) -> PolicyPack:
     """Write ``folder/policy.yaml``: ``pack`` cut to ``arm``'s levers; ``load`` (the loader ``pack`` came
-    from) reads it back, and it must give :meth:`Arm.pack`'s cut, else :class:`ArmPackError`."""
+    from) reads it back, and it must give :meth:`Arm.pack`'s cut, else :class:`ArmPackError`. Returns
+    the pack read back (its ``path`` is the file written)."""
     document = arm_pack_document(arm, pack)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "policy.yaml"
@@ -114,7 +117,8 @@ def write_arm_pack(arm: Arm, pack: PolicyPack, folder: Path, load: Callable[[Pat
         f"# ({', '.join(sorted(arm.levers)) or 'none'}; benchmark/campaign/arms.py).\n"
     )
     path.write_text(header + yaml.safe_dump(document, sort_keys=False, allow_unicode=True), encoding="utf-8")
-    differences = _same_cut(load(path), arm.pack(pack))
+    written = load(path)
+    differences = _same_cut(written, arm.pack(pack))
     if differences:
         raise ArmPackError(f"{path}: the written pack of arm {arm.name} differs: {'; '.join(differences)}")
-    return path
+    return written

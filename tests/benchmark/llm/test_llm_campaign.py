@@ -45,16 +45,19 @@ def _by_arm(rows: list[DecodeResult]) -> dict[str, list[DecodeResult]]:
     return out
 
 
-def test_guard_hint_reaches_the_model_in_every_domain(tmp_path: Path, stub: Stub) -> None:
-    """correct-on-hint, asking the user first: the guard's refusal text is read and the call fixed, so
-    guard passes what off fails; user turns, <DONE>, usage per role; the key is nowhere in the output."""
+def test_every_arm_in_process_and_the_guard_hint_reaches_the_model(tmp_path: Path, stub: Stub) -> None:
+    """All arms but oracle-ceiling, one task per domain, correct-on-hint asking the user first: each arm
+    gives a graded row per task (no system error); an arm whose refusal carries the guard's hint for the
+    stub's fault (validation, guard) passes every task and off passes fewer: the guard's refusal text is
+    read and the call fixed. User turns, <DONE>, usage per role; the key is nowhere in the output."""
     out = tmp_path / "llm.jsonl"
     config = stub.config(tmp_path / "llm.yaml", endpoint={**_endpoint(stub), "model": "stub-llm:ask-first"})
+    names = [name for name in ARMS if not ARMS[name].oracle]
     result = run_campaign(
         "--llm-config",
         str(config),
         "--arms",
-        "off,guard",
+        ",".join(names),
         "--out",
         str(out),
         "--tasks",
@@ -62,11 +65,13 @@ def test_guard_hint_reaches_the_model_in_every_domain(tmp_path: Path, stub: Stub
     )
     assert result.exit_code == 0, result.output
     arms = _by_arm(rows_of(out))
-    off = sum(passed(r) for r in arms["off"])
-    guard = sum(passed(r) for r in arms["guard"])
-    assert len(arms["off"]) == len(arms["guard"]) == len(SAMPLE)
-    assert guard > off, (off, guard)
-    assert guard == len(SAMPLE)
+    assert sorted(arms) == sorted(names)
+    for name, rows in arms.items():
+        assert len(rows) == len(SAMPLE), name
+        assert not any(r.is_system_error for r in rows), name
+    score = {name: sum(passed(r) for r in rows) for name, rows in arms.items()}
+    assert score["guard"] == score["validation"] == len(SAMPLE), score
+    assert score["off"] < score["guard"], score
     for row in arms["guard"]:
         assert row.finish_reason == "done"
         texts = [m for m in row.messages if isinstance(m, Text)]
@@ -300,33 +305,3 @@ def proxy_worker(tmp_path_factory: pytest.TempPathFactory, stub: Stub) -> Iterat
     worker = Worker(config)
     yield worker
     worker.close()
-
-
-def test_every_arm_runs_the_llm_loop_in_process(tmp_path: Path, stub: Stub) -> None:
-    """All arms, one task per domain, correct-on-hint: each arm gives a graded row per task (no system
-    error); an arm whose refusal carries the guard's hint for the stub's fault (validation, guard) passes
-    every task, and off passes fewer."""
-    from benchmark.campaign.arms import ARMS
-
-    out = tmp_path / "llm.jsonl"
-    config = stub.config(tmp_path / "llm.yaml", endpoint=_endpoint(stub))
-    names = [name for name in ARMS if not ARMS[name].oracle]
-    result = run_campaign(
-        "--llm-config",
-        str(config),
-        "--arms",
-        ",".join(names),
-        "--out",
-        str(out),
-        "--tasks",
-        _tasks_file(tmp_path, SAMPLE),
-    )
-    assert result.exit_code == 0, result.output
-    arms = _by_arm(rows_of(out))
-    assert sorted(arms) == sorted(names)
-    for name, rows in arms.items():
-        assert len(rows) == len(SAMPLE), name
-        assert not any(r.is_system_error for r in rows), name
-    score = {name: sum(passed(r) for r in rows) for name, rows in arms.items()}
-    assert score["guard"] == score["validation"] == len(SAMPLE), score
-    assert score["off"] < score["guard"], score
