@@ -132,9 +132,9 @@ class _Domain:
         """The arm's proxy, started (and waited for) on its first use. One at a time: a proxy's start
         is mostly CPU (imports), so starting several together is no faster, only later each."""
         if arm.name not in self.proxies:
-            written = write_arm_pack(arm, pack, self.work / "packs" / arm.name / self.name, load).path
-            assert written is not None  # the loader read it from the file
-            proxy = _Proxy(self.work, self.name, arm, written, self.env_url, token)
+            folder = self.work / "packs" / arm.name / self.name
+            write_arm_pack(arm, pack, folder, load)
+            proxy = _Proxy(self.work, self.name, arm, folder / "policy.yaml", self.env_url, token)
             try:
                 proxy.wait()
             except BaseException:
