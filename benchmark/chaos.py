@@ -38,8 +38,10 @@ import yaml
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
+from benchmark.fixtures import NOTES_POLICY, NOTES_SERVER
 from benchmark.mcphttp import mcp_http_client
-from benchmark.perf_proxy import NOTES_POLICY, NOTES_SERVER, SERVE_ANNOUNCE, ProxyBenchError, _p99, _Server
+from benchmark.perf_proxy import SERVE_ANNOUNCE, ProxyBenchError, _p99
+from benchmark.procs import ServerProcess as _Server
 
 MODERN = "2026-07-28"
 SESSION_META_KEY = "shadowguard/session"

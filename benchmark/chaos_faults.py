@@ -47,7 +47,8 @@ from benchmark.chaos_stack import (
     text_of,
     write_config,
 )
-from benchmark.perf_proxy import NOTES_POLICY, ProxyBenchError
+from benchmark.fixtures import NOTES_POLICY
+from benchmark.perf_proxy import ProxyBenchError
 
 APPROVALS_POLICY = NOTES_POLICY.with_name("notes_approvals_policy.yaml")
 TRANSIENT = "transient"

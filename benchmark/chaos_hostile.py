@@ -42,7 +42,8 @@ from benchmark.chaos_stack import (
     start_proxy,
     write_config,
 )
-from benchmark.perf_proxy import NOTES_POLICY, ProxyBenchError
+from benchmark.fixtures import NOTES_POLICY
+from benchmark.perf_proxy import ProxyBenchError
 
 TIME_BOUND_S = 15.0
 CPU_BOUND_S = 1.0

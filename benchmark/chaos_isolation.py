@@ -42,7 +42,8 @@ from benchmark.chaos_stack import (
     text_of,
     write_config,
 )
-from benchmark.perf_proxy import NOTES_POLICY, ProxyBenchError, _p99
+from benchmark.fixtures import NOTES_POLICY
+from benchmark.perf_proxy import ProxyBenchError, _p99
 
 WRITER_WAIT_S = 10.0
 BLOCK_SLACK_S = 50.0

@@ -54,8 +54,10 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from benchmark import chaos_db
+from benchmark.fixtures import NOTES_POLICY, NOTES_SERVER
 from benchmark.mcphttp import mcp_http_client
-from benchmark.perf_proxy import NOTES_POLICY, NOTES_SERVER, SERVE_ANNOUNCE, ProxyBenchError, _Server
+from benchmark.perf_proxy import SERVE_ANNOUNCE, ProxyBenchError
+from benchmark.procs import ServerProcess as _Server
 
 MODERN = "2026-07-28"
 SESSION_META_KEY = "shadowguard/session"

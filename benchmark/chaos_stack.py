@@ -26,8 +26,10 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from benchmark.chaos_kills import Counters
+from benchmark.fixtures import NOTES_SERVER
 from benchmark.mcphttp import mcp_http_client
-from benchmark.perf_proxy import NOTES_SERVER, SERVE_ANNOUNCE, _Server
+from benchmark.perf_proxy import SERVE_ANNOUNCE
+from benchmark.procs import ServerProcess as _Server
 
 MODERN = "2026-07-28"
 SESSION_META_KEY = "shadowguard/session"

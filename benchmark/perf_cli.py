@@ -391,7 +391,7 @@ def _proxy_table(console: Console, result: ProxyPerf, counts: list[int], calls: 
         )
     Console(width=max(console.width, 150)).print(table)
     console.print(
-        "direct: the notes fixture (tests/fixtures/notes_server.py, transactional) over streamable HTTP. "
+        "direct: the notes fixture (benchmark/fixtures/notes_server.py, transactional) over streamable HTTP. "
         "shadowguard: `shadowguard serve` relaying to it, with its policy pack. "
         "read: get_note (passthrough). write: put_note (guarded: shadow transaction, savepoint, "
         "change set, checks); through the proxy each write is committed before the next "

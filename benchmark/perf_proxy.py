@@ -7,10 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +22,7 @@ import yaml
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
+from benchmark.fixtures import NOTES_ANNOUNCE, NOTES_POLICY, NOTES_SERVER
 from benchmark.mcphttp import mcp_http_client
 from benchmark.perf_peers import (
     _RUNNER_PRELUDE,
@@ -36,15 +34,13 @@ from benchmark.perf_peers import (
     default_peers_dir,
     install_peer,
 )
+from benchmark.procs import ServerError, ServerProcess
 
 PROXY_CLIENTS = (1, 8, 32)
 PROXY_CALLS = 50
 PROXY_KINDS = ("read", "write")
-NOTES_SERVER = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "notes_server.py"
-NOTES_POLICY = NOTES_SERVER.with_name("notes_policy.yaml")
 SESSION_META_KEY = "shadowguard/session"
 SERVE_ANNOUNCE = "shadowguard serve: listening on"
-STARTUP_TIMEOUT_S = 60.0
 RUN_TIMEOUT_S = 1800.0
 CALL_TIMEOUT_S = 60.0
 SHADOWGUARD = "shadowguard"
@@ -55,8 +51,9 @@ JSON_FIELDS = (
 """The fields of a row of ``bench perf proxy -f json`` (then ``mode``, the era, and the ratios)."""
 
 
-class ProxyBenchError(RuntimeError):
-    """The proxy benchmark could not run (a server did not start, a call failed)."""
+ProxyBenchError = ServerError
+"""The proxy benchmark could not run (a server did not start, a call failed): the process runner's
+error (benchmark.procs), so that one ``except`` covers a server that did not start and a failed run."""
 
 
 @dataclass
@@ -145,60 +142,6 @@ def _p99(values: Sequence[float]) -> float:
     """Nearest-rank 99th percentile."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
-
-
-class _Server:
-    """A server subprocess on 127.0.0.1 that announces its URL on stderr (logged to a file).
-
-    The URL counts once the announce line is there and a TCP connection to it is accepted.
-    """
-
-    def __init__(self, args: list[str], log: Path, announce: str, name: str | None = None) -> None:
-        self.log = log
-        default = Path(args[0]).name if len(args) < 2 else f"{Path(args[0]).name} {Path(args[1]).name}"
-        self.name = name or default
-        self._log_file = log.open("wb")
-        self.proc = subprocess.Popen(  # noqa: S603 - the notes fixture, our console script, a peer runner
-            args, stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT
-        )
-        self.announce = announce
-
-    def _failed(self, why: str) -> str:
-        return f"{self.name} {why}:\n{self.log.read_text(errors='replace')[-2000:]}"
-
-    def wait_url(self) -> str:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        url: str | None = None
-        while time.monotonic() < deadline:
-            if url is None:
-                for line in self.log.read_text(errors="replace").splitlines():
-                    if self.announce in line and "http://127.0.0.1:" in line:
-                        url = line[line.index("http://") :].strip()
-            if url is not None:
-                port = int(url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
-                except OSError:
-                    pass
-                else:
-                    return url
-            if self.proc.poll() is not None:
-                raise ProxyBenchError(self._failed(f"exited {self.proc.returncode}"))
-            time.sleep(0.05)
-        raise ProxyBenchError(self._failed(f"did not start in {STARTUP_TIMEOUT_S:.0f} s"))
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log_file.close()
 
 
 @dataclass
@@ -300,7 +243,7 @@ def _first_error(exc: BaseException) -> BaseException:
     return exc
 
 
-def _proxy_config(path: Path, upstream_url: str) -> Path:
+def notes_proxy_config(path: Path, upstream_url: str) -> Path:
     config = {
         "upstreams": [
             {"name": "notes", "transport": "http", "url": upstream_url, "policy": str(NOTES_POLICY)}
@@ -353,22 +296,20 @@ def measure_proxy(
     any other failure raises :class:`ProxyBenchError`. The servers are subprocesses on 127.0.0.1
     and are stopped before this returns, whatever happens.
     """
-    if not NOTES_SERVER.is_file():
-        raise ProxyBenchError(f"the notes fixture is not here: {NOTES_SERVER} (run from a source checkout)")
     if calls < 1 or not clients or min(clients) < 1:
         raise ProxyBenchError("clients and calls must be at least 1")
     if not kinds or set(kinds) - set(PROXY_KINDS):
         raise ProxyBenchError(f"kinds must be some of {PROXY_KINDS}, not {list(kinds)}")
     executable = shadowguard or str(Path(sys.executable).parent / "shadowguard")
 
-    def notes(work: Path, name: str, *extra: str) -> _Server:
+    def notes(work: Path, name: str, *extra: str) -> ServerProcess:
         db = str(work / "notes.sqlite")
         args = [sys.executable, str(NOTES_SERVER), "--db", db, "--port", "0", "--transactional", *extra]
-        return _Server(args, work / f"{name}.log", "notes: listening on", name=name)
+        return ServerProcess(args, work / f"{name}.log", NOTES_ANNOUNCE, name=name)
 
-    def shadowguard_serve(work: Path, name: str, upstream_url: str) -> _Server:
-        config = _proxy_config(work / f"{name}.yaml", upstream_url)
-        return _Server(
+    def shadowguard_serve(work: Path, name: str, upstream_url: str) -> ServerProcess:
+        config = notes_proxy_config(work / f"{name}.yaml", upstream_url)
+        return ServerProcess(
             [executable, "serve", "--config", str(config)], work / f"{name}.log", SERVE_ANNOUNCE, name
         )
 
@@ -384,7 +325,7 @@ def measure_proxy(
     rows: list[ProxyPerfRow] = []
     with tempfile.TemporaryDirectory(prefix="sg-perf-proxy-") as tmp:
         work = Path(tmp)
-        servers: list[_Server] = []
+        servers: list[ServerProcess] = []
         try:
             upstream = notes(work, "notes")
             servers.append(upstream)
@@ -393,17 +334,15 @@ def measure_proxy(
             servers.append(proxy)
             targets = [
                 _Target("direct", upstream_url),
-                _Target(SHADOWGUARD, proxy.wait_url(), guarded=True, pid=proxy.proc.pid),
+                _Target(SHADOWGUARD, proxy.wait_url(), guarded=True, pid=proxy.pid),
             ]
             if round_trips:
                 upstream_rt = notes(work, "notes-no-piggyback", "--no-piggyback")
                 servers.append(upstream_rt)
                 proxy_rt = shadowguard_serve(work, "shadowguard-no-piggyback", upstream_rt.wait_url())
                 servers.append(proxy_rt)
-                targets.append(
-                    _Target(SHADOWGUARD_RT, proxy_rt.wait_url(), guarded=True, pid=proxy_rt.proc.pid)
-                )
-            peer_targets: dict[str, tuple[_Target, PeerStatus, _Server]] = {}
+                targets.append(_Target(SHADOWGUARD_RT, proxy_rt.wait_url(), guarded=True, pid=proxy_rt.pid))
+            peer_targets: dict[str, tuple[_Target, PeerStatus, ServerProcess]] = {}
             for peer, status in zip(peers, statuses, strict=True):
                 if status.not_measured is not None:
                     continue
@@ -413,7 +352,7 @@ def measure_proxy(
                 runner.write_text(_RUNNER_PRELUDE + peer.runner, encoding="utf-8")
                 peer_work = work / peer.name
                 peer_work.mkdir()
-                server = _Server(
+                server = ServerProcess(
                     [str(pythons[peer.name]), str(runner), upstream_url, str(peer_work)],
                     work / f"{peer.name}.log",
                     "peer: listening on",
@@ -425,9 +364,7 @@ def measure_proxy(
                 except ProxyBenchError as exc:
                     status.not_measured = str(exc).splitlines()[0] + _last_line(server.tail())
                     continue
-                target = _Target(
-                    peer.name, url, peer.mode, peer.headers, kinds=("read",), pid=server.proc.pid
-                )
+                target = _Target(peer.name, url, peer.mode, peer.headers, kinds=("read",), pid=server.pid)
                 peer_targets[peer.name] = (target, status, server)
             if any(t.mode == LEGACY for t, _, _ in peer_targets.values()):
                 targets.append(_Target("direct", upstream_url, LEGACY, kinds=("read",)))

@@ -24,7 +24,9 @@ import anyio
 from mcp import Client
 from mcp.types import RequestParamsMeta
 
-from benchmark.perf_proxy import NOTES_SERVER, _proxy_config, _Server
+from benchmark.fixtures import NOTES_ANNOUNCE, NOTES_SERVER
+from benchmark.perf_proxy import notes_proxy_config
+from benchmark.procs import ServerProcess
 
 
 def _rss_mib(pid: int) -> float:
@@ -47,7 +49,7 @@ def measure(counts: list[int]) -> dict[str, Any]:
     points: list[tuple[int, float]] = []
     with tempfile.TemporaryDirectory(prefix="shadowguard-sizing-") as tmp:
         base = Path(tmp)
-        notes = _Server(
+        notes = ServerProcess(
             [
                 sys.executable,
                 str(NOTES_SERVER),
@@ -58,14 +60,14 @@ def measure(counts: list[int]) -> dict[str, Any]:
                 "--transactional",
             ],
             base / "notes.log",
-            "listening on",
+            NOTES_ANNOUNCE,
             name="notes",
         )
         try:
             upstream = notes.wait_url()
-            config = _proxy_config(base / "proxy.yaml", upstream)
+            config = notes_proxy_config(base / "proxy.yaml", upstream)
             serve = [str(Path(sys.executable).with_name("shadowguard")), "serve", "--config", str(config)]
-            proxy = _Server(serve, base / "proxy.log", "listening on")
+            proxy = ServerProcess(serve, base / "proxy.log", "listening on")
             try:
                 url = proxy.wait_url()
                 opened = 0
@@ -75,7 +77,7 @@ def measure(counts: list[int]) -> dict[str, Any]:
                     anyio.run(_open_sessions, url, count - opened, f"n{count}")
                     opened = count
                     time.sleep(1)
-                    points.append((count, _rss_mib(proxy.proc.pid)))
+                    points.append((count, _rss_mib(proxy.pid)))
             finally:
                 proxy.stop()
         finally:

@@ -355,8 +355,13 @@ def register(app: typer.Typer) -> None:
                 FaultPlan.parse(faults, seed=seed)
         except (ArmError, FaultSpecError) as exc:
             raise fail(f"--{'faults' if isinstance(exc, FaultSpecError) else 'arms'}: {exc}") from exc
-        if through_proxy and set(chosen_arms) - {"off", "guard"}:
-            raise fail("--through-proxy runs the arms off and guard (the proxy runs a whole pack)")
+        if through_proxy:
+            from benchmark.llm.proxied import check_proxy_arms
+
+            try:
+                check_proxy_arms(ARMS[name] for name in chosen_arms)
+            except ValueError as exc:
+                raise fail(f"--arms: {exc}") from exc
         if through_proxy and faults is not None:
             raise fail("--through-proxy does not inject --faults (the upstream is a real server)")
         if out.exists() and not resume:

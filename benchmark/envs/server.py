@@ -160,7 +160,7 @@ def _invalid(message: str) -> MCPError:
 
 
 @dataclass
-class _Session:
+class EnvSession:
     """One client's environment. ``lock`` serialises its calls; ``users`` pins it against reaping."""
 
     key: str
@@ -197,7 +197,7 @@ class EnvSessions:
         self.idle_timeout = idle_timeout
         self.max_sessions = max_sessions
         self._clock = clock
-        self._sessions: dict[str, _Session] = {}
+        self._sessions: dict[str, EnvSession] = {}
         self._open_lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -227,7 +227,7 @@ class EnvSessions:
                 logger.info("closing idle environment session %s", key)
                 self._discard(s)
 
-    def _discard(self, s: _Session) -> None:
+    def _discard(self, s: EnvSession) -> None:
         if self._sessions.get(s.key) is s:
             del self._sessions[s.key]
         s.closed = True
@@ -236,7 +236,7 @@ class EnvSessions:
             s.env = None
 
     @asynccontextmanager
-    async def use(self, key: str) -> AsyncIterator[_Session]:
+    async def use(self, key: str) -> AsyncIterator[EnvSession]:
         """Hold a session's lock for one operation; its environment stays open meanwhile."""
         while True:
             self._reap()
@@ -248,7 +248,7 @@ class EnvSessions:
                         message=f"too many environment sessions ({self.max_sessions}); "
                         f"close one with {CLOSE_METHOD}",
                     )
-                s = self._sessions[key] = _Session(key, last_used=self._clock())
+                s = self._sessions[key] = EnvSession(key, last_used=self._clock())
             s.users += 1
             try:
                 async with s.lock:
@@ -260,13 +260,13 @@ class EnvSessions:
                 s.users -= 1
                 s.last_used = self._clock()
 
-    def _environment(self, s: _Session) -> Environment:
+    def _environment(self, s: EnvSession) -> Environment:
         """The session's environment (the domain defaults until it is initialised); worker thread only."""
         if s.env is None:
             s.env = self.open_environment()
         return s.env
 
-    def _backend(self, s: _Session) -> SqlBackend:
+    def _backend(self, s: EnvSession) -> SqlBackend:
         """The shadow-transaction backend on the session's current environment; worker thread only."""
         env = self._environment(s)
         if s.backend is None or s.backend[0] is not env:

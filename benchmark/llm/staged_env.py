@@ -36,10 +36,10 @@ from benchmark.envs.server import (
     Ctx,
     EnvInitParams,
     EnvServer,
+    EnvSession,
     EnvSessionParams,
     EnvSessions,
     EnvStateResult,
-    _Session,
 )
 from benchmark.tasks import resolve_data
 
@@ -69,7 +69,7 @@ class StagedSessions(EnvSessions):
     staged: Mapping[str, Any] | None = None
     created: list[str]
 
-    def _environment(self, s: _Session) -> Environment:
+    def _environment(self, s: EnvSession) -> Environment:
         if s.env is None:
             s.env = self.open_environment(self.staged)
             self.created.append(s.key)

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from benchmark import chaos_db
 from benchmark.chaos_stack import NotesHttp, client, meta, notes_rows, start_proxy, write_config
-from benchmark.perf_proxy import NOTES_POLICY
+from benchmark.fixtures import NOTES_POLICY
 from guard.sql_backend import SqlBackend
 from tests.support.services import PG_URL, require_postgres
 

@@ -23,7 +23,7 @@ import yaml
 
 from benchmark.openenv_env.client import ThinkingBoxEnv
 from benchmark.openenv_env.llm_hooks import as_messages
-from benchmark.perf_proxy import _Server
+from benchmark.procs import ServerProcess
 from benchmark.tasks import Task, resolve_data
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +47,7 @@ def stub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stub]:
     os.environ[KEY_ENV] = "sk-test-" + secrets.token_hex(16)
     args = [SHADOWGUARD, "bench", "stub-llm", "--port", "0", "--api-key-env", KEY_ENV, "--domain", BOOKING]
     log = tmp_path_factory.mktemp("stub") / "stub.log"
-    server = _Server(args, log, "stub-llm (scripted test double): listening on", name="stub-llm")
+    server = ServerProcess(args, log, "stub-llm (scripted test double): listening on", name="stub-llm")
     try:
         yield Stub(server.wait_url())
     finally:

@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from benchmark import perf_peers, perf_proxy
+from benchmark.fixtures import NOTES_SERVER
 from proxy.cli import _mount_benchmark, app
 
 FAKE_NOTES = f"""\
@@ -26,7 +27,7 @@ port = probe.getsockname()[1]
 probe.close()
 sys.argv = ["notes", "--db", sys.argv[2] + "/peer.sqlite", "--port", str(port), "--transactional"]
 announce(port)
-runpy.run_path({str(perf_proxy.NOTES_SERVER)!r}, run_name="__main__")
+runpy.run_path({str(NOTES_SERVER)!r}, run_name="__main__")
 """
 
 

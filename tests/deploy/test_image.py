@@ -18,9 +18,10 @@ import httpx2
 import pytest
 import yaml
 
+from benchmark.fixtures import NOTES_SERVER
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
-NOTES_SERVER = ROOT / "tests" / "fixtures" / "notes_server.py"
 
 
 def _instructions() -> list[tuple[int, str, str]]:

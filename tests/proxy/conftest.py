@@ -32,6 +32,7 @@ import yaml
 from mcp import Client
 from starlette.types import ASGIApp
 
+from benchmark.fixtures import NOTES_APPROVALS_POLICY, NOTES_JOURNAL_POLICY, NOTES_POLICY, NOTES_SERVER
 from benchmark.tasks import BenchData
 from guard.approvals import ApprovalRequest, CheckResult, SqlApprovalStore, utcnow
 from guard.models import ChangeSet, EffectClass, PolicySource, RowChange
@@ -43,11 +44,6 @@ from proxy.registry import SessionRegistry
 from proxy.server import GuardProxy
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = ROOT / "tests" / "fixtures"
-NOTES_SERVER = FIXTURES / "notes_server.py"
-NOTES_POLICY = FIXTURES / "notes_policy.yaml"
-NOTES_JOURNAL_POLICY = FIXTURES / "notes_journal_policy.yaml"
-NOTES_APPROVALS_POLICY = FIXTURES / "notes_approvals_policy.yaml"
 RETAIL_POLICY = ROOT / "policies" / "sandbox_external_retail" / "policy.yaml"
 SHADOWGUARD = str(Path(sys.executable).parent / "shadowguard")
 MARKER_ENV = "SG_TEST_MARKER"

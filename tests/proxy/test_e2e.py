@@ -1,6 +1,6 @@
 """``shadowguard serve`` end to end: real upstream subprocesses, real transports, both protocol eras.
 
-Upstreams (tests/proxy/conftest.py): the notes fixture (tests/fixtures/notes_server.py) with the
+Upstreams (tests/proxy/conftest.py): the notes fixture (benchmark/fixtures/notes_server.py) with the
 transaction extension and its policy pack, the same server without it (journaled, tools prefixed
 ``j_``), and the retail benchmark domain (``shadowguard env serve``) with
 policies/sandbox_external_retail. Behind the HTTP proxy (one ``shadowguard serve`` for the test run)

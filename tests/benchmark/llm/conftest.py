@@ -17,7 +17,7 @@ import yaml
 from typer.testing import CliRunner
 
 from benchmark.campaign.results import DecodeResult, iter_results
-from benchmark.perf_proxy import _Server
+from benchmark.procs import ServerProcess
 from proxy.cli import _mount_benchmark, app
 
 KEY_ENV = "SHADOWGUARD_TEST_LLM_KEY"
@@ -68,7 +68,7 @@ def stub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stub]:
     shadowguard = str(Path(sys.executable).parent / "shadowguard")
     args = [shadowguard, "bench", "stub-llm", "--port", "0", "--api-key-env", KEY_ENV]
     args += [a for d in DOMAINS for a in ("--domain", d)]
-    server = _Server(args, log, ANNOUNCE, name="stub-llm")
+    server = ServerProcess(args, log, ANNOUNCE, name="stub-llm")
     try:
         yield Stub(server.wait_url(), key, log)
     finally:

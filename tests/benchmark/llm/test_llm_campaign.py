@@ -4,11 +4,13 @@ calls through a real ``shadowguard serve`` in both protocol eras."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from benchmark.campaign.arms import ARMS
 from benchmark.campaign.results import DecodeResult, Text, ToolResponse, passed
 from benchmark.campaign.runner import CampaignConfig, UnitKey, Worker
 from benchmark.llm.agent import LlmAgent
@@ -27,12 +29,7 @@ RETAIL = "sandbox_external_retail"
 ST002 = "sandbox_external_retail_group1.py:test_case_ST002_001"
 RUBRIC = "sandbox_neobank_support_v1_group1_rubrics_yesno.py:test_aa_001"
 CANCEL = "sandbox_external_retail_group1.py:test_case_ST025_001"  # its golden calls cancel_order
-HOLD_CANCELLATIONS = """
-approvals:
-  - id: test.cancellations_wait_for_a_person
-    tools: [cancel_order]
-    source: {ref: "a test deployment", quote: "Cancellations wait for a person."}
-"""
+PROXY_ARMS = tuple(name for name, arm in ARMS.items() if not arm.oracle)
 
 
 def _tasks_file(tmp_path: Path, uids: tuple[str, ...]) -> str:
@@ -48,16 +45,19 @@ def _by_arm(rows: list[DecodeResult]) -> dict[str, list[DecodeResult]]:
     return out
 
 
-def test_guard_hint_reaches_the_model_in_every_domain(tmp_path: Path, stub: Stub) -> None:
-    """correct-on-hint, asking the user first: the guard's refusal text is read and the call fixed, so
-    guard passes what off fails; user turns, <DONE>, usage per role; the key is nowhere in the output."""
+def test_every_arm_in_process_and_the_guard_hint_reaches_the_model(tmp_path: Path, stub: Stub) -> None:
+    """All arms but oracle-ceiling, one task per domain, correct-on-hint asking the user first: each arm
+    gives a graded row per task (no system error); an arm whose refusal carries the guard's hint for the
+    stub's fault (validation, guard) passes every task and off passes fewer: the guard's refusal text is
+    read and the call fixed. User turns, <DONE>, usage per role; the key is nowhere in the output."""
     out = tmp_path / "llm.jsonl"
     config = stub.config(tmp_path / "llm.yaml", endpoint={**_endpoint(stub), "model": "stub-llm:ask-first"})
+    names = [name for name in ARMS if not ARMS[name].oracle]
     result = run_campaign(
         "--llm-config",
         str(config),
         "--arms",
-        "off,guard",
+        ",".join(names),
         "--out",
         str(out),
         "--tasks",
@@ -65,11 +65,13 @@ def test_guard_hint_reaches_the_model_in_every_domain(tmp_path: Path, stub: Stub
     )
     assert result.exit_code == 0, result.output
     arms = _by_arm(rows_of(out))
-    off = sum(passed(r) for r in arms["off"])
-    guard = sum(passed(r) for r in arms["guard"])
-    assert len(arms["off"]) == len(arms["guard"]) == len(SAMPLE)
-    assert guard > off, (off, guard)
-    assert guard == len(SAMPLE)
+    assert sorted(arms) == sorted(names)
+    for name, rows in arms.items():
+        assert len(rows) == len(SAMPLE), name
+        assert not any(r.is_system_error for r in rows), name
+    score = {name: sum(passed(r) for r in rows) for name, rows in arms.items()}
+    assert score["guard"] == score["validation"] == len(SAMPLE), score
+    assert score["off"] < score["guard"], score
     for row in arms["guard"]:
         assert row.finish_reason == "done"
         texts = [m for m in row.messages if isinstance(m, Text)]
@@ -207,31 +209,66 @@ def test_endpoint_outage_is_a_system_error_and_resume_reruns_it(tmp_path: Path, 
     assert stub.key not in out.read_text()
 
 
-@pytest.mark.parametrize("era", ["2026-07-28", "legacy"])
-def test_through_the_proxy(proxy_worker: Worker, era: str) -> None:
-    """off straight to the environment server, guard through `shadowguard serve`: the proxy's refusal
-    text is what the model reads, and the corrected call is committed."""
-    proxy_worker.config = CampaignConfig(**{**proxy_worker.config.__dict__, "proxy_era": era})
-    stack = getattr(proxy_worker, "proxy_stack", None)
+PROXY_SAMPLE = {"2026-07-28": (ST002, CANCEL), "legacy": (ST002,)}
+"""Retail tasks per era through the proxy, every arm but oracle-ceiling on each."""
+
+
+def _in_era(worker: Worker, era: str) -> None:
+    worker.config = CampaignConfig(**{**worker.config.__dict__, "proxy_era": era})
+    stack = getattr(worker, "proxy_stack", None)
     if stack is not None:
         stack.era = era
-    rows = [DecodeResult.model_validate_json(s.line) for s in proxy_worker.run_unit(UnitKey(ST002, None, 0))]
-    off, guard = rows
-    assert not passed(off) and passed(guard), (off.metadata, guard.metadata)
-    refused = [
-        m.content
-        for m in guard.messages
-        if isinstance(m, ToolResponse) and "Refused by the guard" in m.content
-    ]
-    assert refused and "What to do:" in refused[0]
-    assert guard.metadata["guard"]["committed"] is True and guard.metadata["guard"]["committed_changes"] > 0
-    assert guard.metadata["llm"]["through_proxy"] == {"era": era, "path": "shadowguard serve"}
-    assert off.metadata["llm"]["through_proxy"]["path"] == "direct"
+
+
+@pytest.mark.parametrize("era", list(PROXY_SAMPLE))
+def test_every_arm_through_the_proxy(proxy_worker: Worker, era: str) -> None:
+    """off straight to the environment server, each lever arm through its own `shadowguard serve` whose
+    pack is the arm's cut: correct-on-hint passes where the refusal carries the hint (validation,
+    guard), off fails, and the hint the model reads is the proxy's rendering."""
+    _in_era(proxy_worker, era)
+    for uid in PROXY_SAMPLE[era]:
+        summaries = proxy_worker.run_unit(UnitKey(uid, None, 0))
+        rows = [DecodeResult.model_validate_json(s.line) for s in summaries]
+        arms = {str(r.metadata["arm"]): r for r in rows}
+        assert list(arms) == list(PROXY_ARMS)
+        assert not any(r.is_system_error for r in rows), {a: r.metadata.get("error") for a, r in arms.items()}
+        assert not passed(arms["off"]) and passed(arms["validation"]) and passed(arms["guard"]), uid
+        for name, row in arms.items():
+            path = "direct" if name == "off" else "shadowguard serve"
+            assert row.metadata["llm"]["through_proxy"] == {"era": era, "path": path}
+        guard = arms["guard"]
+        refused = [
+            m.content
+            for m in guard.messages
+            if isinstance(m, ToolResponse) and "Refused by the guard" in m.content
+        ]
+        assert refused and "What to do:" in refused[0]
+        assert guard.metadata["guard"]["committed"] is True
+        assert guard.metadata["guard"]["committed_changes"] > 0
+
+
+def test_each_arms_proxy_serves_its_cut_pack(proxy_worker: Worker) -> None:
+    """The tools an agent lists through each arm's proxy: the pack's surface only where the surface
+    lever is on (the retail pack hides zendesk_delete_item); the proxy's commit tool everywhere."""
+    from benchmark.llm.proxied import ProxyStack
+
+    _in_era(proxy_worker, "2026-07-28")
+    proxy_worker.run_unit(UnitKey(ST002, None, 0), ["surface", "checks"])
+    stack = getattr(proxy_worker, "proxy_stack", None)
+    assert isinstance(stack, ProxyStack)
+    listed: dict[str, set[str]] = {}
+    for name, proxy in stack.domain(RETAIL).proxies.items():
+        with stack.connect(proxy.url) as client:
+            listed[name] = {t.name for t in stack.portal.call(client.list_tools).tools}
+    assert "commit" in listed["surface"] and "commit" in listed["checks"]
+    assert "zendesk_delete_item" in listed["checks"] and "zendesk_delete_item" not in listed["surface"]
+    assert listed["checks"] > listed["surface"]
 
 
 def test_a_held_call_through_the_proxy_meets_the_reviewer(proxy_worker: Worker, stub: Stub) -> None:
-    """The pack holds cancel_order for a person: the campaign reviewer approves it through the proxy's
-    approvals API, the call runs again under the approval and the commit makes it durable."""
+    """guard's approvals lever holds cancel_order (irreversible): the campaign reviewer approves it
+    through the proxy's approvals API, the call runs again under the approval and the commit makes it
+    durable."""
     assert isinstance(proxy_worker.agent, LlmAgent)
     golden = load_llm_config(
         stub.config(
@@ -239,63 +276,32 @@ def test_a_held_call_through_the_proxy_meets_the_reviewer(proxy_worker: Worker, 
             endpoint=_endpoint(stub) | {"model": "stub-llm:golden"},
         )
     )
-    proxy_worker.agent = LlmAgent(golden, proxy_worker.agent._tasks, _think(proxy_worker))
-    (summary,) = proxy_worker.run_unit(UnitKey(CANCEL, None, 0), ["guard"])
+    agent = proxy_worker.agent
+    proxy_worker.agent = LlmAgent(golden, agent._tasks, _think(proxy_worker))
+    try:
+        (summary,) = proxy_worker.run_unit(UnitKey(CANCEL, None, 0), ["guard"])
+    finally:
+        proxy_worker.agent = agent
     row = DecodeResult.model_validate_json(summary.line)
     assert passed(row), row.metadata
-    assert row.metadata["guard"]["approvals"] == {"requested": 1, "approved": 1, "rejected": 0}
+    approvals = row.metadata["guard"]["approvals"]
+    assert approvals["requested"] >= 1 and approvals == approvals | {
+        "approved": approvals["requested"],
+        "rejected": 0,
+    }
 
 
 @pytest.fixture(scope="module")
-def proxy_worker(tmp_path_factory: pytest.TempPathFactory, stub: Stub) -> Any:
-    """A worker whose calls go through the proxy; the retail pack plus an approval rule on cancel_order."""
-    work = tmp_path_factory.mktemp("llm-proxy")
-    path = stub.config(work / "llm.yaml")
-    source = Path(__file__).resolve().parents[3] / "policies" / RETAIL
-    pack = work / "policies" / RETAIL
-    pack.mkdir(parents=True)
-    for name in ("policy.yaml", "checks.py"):
-        (pack / name).write_text((source / name).read_text())
-    with (pack / "policy.yaml").open("a") as policy:
-        policy.write(HOLD_CANCELLATIONS)
+def proxy_worker(tmp_path_factory: pytest.TempPathFactory, stub: Stub) -> Iterator[Worker]:
+    """A worker whose calls go through the proxy, every arm but oracle-ceiling, the retail pack."""
+    path = stub.config(tmp_path_factory.mktemp("llm-proxy") / "llm.yaml")
     config = CampaignConfig(
         agent="llm",
-        arms=("off", "guard"),
+        arms=PROXY_ARMS,
         domains=(RETAIL,),
         llm_config=str(path),
         through_proxy=True,
-        policy_dir=str(work / "policies"),
     )
     worker = Worker(config)
     yield worker
     worker.close()
-
-
-def test_every_arm_runs_the_llm_loop_in_process(tmp_path: Path, stub: Stub) -> None:
-    """All arms, one task per domain, correct-on-hint: each arm gives a graded row per task (no system
-    error); an arm whose refusal carries the guard's hint for the stub's fault (validation, guard) passes
-    every task, and off passes fewer."""
-    from benchmark.campaign.arms import ARMS
-
-    out = tmp_path / "llm.jsonl"
-    config = stub.config(tmp_path / "llm.yaml", endpoint=_endpoint(stub))
-    names = [name for name in ARMS if not ARMS[name].oracle]
-    result = run_campaign(
-        "--llm-config",
-        str(config),
-        "--arms",
-        ",".join(names),
-        "--out",
-        str(out),
-        "--tasks",
-        _tasks_file(tmp_path, SAMPLE),
-    )
-    assert result.exit_code == 0, result.output
-    arms = _by_arm(rows_of(out))
-    assert sorted(arms) == sorted(names)
-    for name, rows in arms.items():
-        assert len(rows) == len(SAMPLE), name
-        assert not any(r.is_system_error for r in rows), name
-    score = {name: sum(passed(r) for r in rows) for name, rows in arms.items()}
-    assert score["guard"] == score["validation"] == len(SAMPLE), score
-    assert score["off"] < score["guard"], score

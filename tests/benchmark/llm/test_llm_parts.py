@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.campaign.results import Text, ToolResponse
+from benchmark.campaign.results import ParallelToolCall, Text, ToolCall, ToolResponse
 from benchmark.llm.client import ChatClient, EndpointError, UsageMeter
 from benchmark.llm.config import Endpoint, LlmConfigError, load_llm_config
 from benchmark.llm.judge import RubricJudge, final_response, parse_yes
@@ -112,7 +112,7 @@ def test_unreachable_endpoint_is_an_endpoint_error() -> None:
 
 def test_user_simulator_prompt_and_reply(stub: Stub, bench: BenchData) -> None:
     task = next(t for t in bench.tasks(["sandbox_external_retail"]) if t.user_context)
-    transcript = [
+    transcript: list[Text | ParallelToolCall | ToolCall | ToolResponse] = [
         Text(role="system", content="policy"),
         Text(role="user", content=task.query),
         ToolResponse(name="t", content="secret tool text", id="1"),
@@ -165,8 +165,8 @@ def test_bad_campaign_options_are_errors(tmp_path: Path, monkeypatch: pytest.Mon
     cases = [
         ([], "--llm-config goes with --agent llm"),
         (
-            ["--llm-config", str(config), "--through-proxy", "--arms", "off,checks"],
-            "runs the arms off and guard",
+            ["--llm-config", str(config), "--through-proxy", "--arms", "off,checks,oracle-ceiling"],
+            "--arms: --through-proxy cannot run oracle-ceiling: it reads the answer key",
         ),
         (["--llm-config", str(config), "--proxy-era", "1999"], "--proxy-era: unknown era"),
         (["--llm-config", str(config), "--domain", "sandbox_external_retail"], "SG_UNSET_KEY"),
