@@ -15,37 +15,12 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from benchmark.conformance import ConformanceRun, DomainResult, select_tasks
 from benchmark.envs import DOMAINS, Database, EnvError, load_domain
+from benchmark.options import DataOpt, DbOpt, DomainOpt, domains_of
 from benchmark.tables import ResultTable
 from benchmark.tasks import resolve_data
 
 bench_app = typer.Typer(help="Benchmark ThinkingBox-Bench environments and the guard.", no_args_is_help=True)
 env_app = typer.Typer(help="Serve a benchmark domain as an MCP tool server.", no_args_is_help=True)
-
-DataOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--data",
-        help="Data export or thinkingbox-data checkout (default: $SHADOWGUARD_BENCH_DATA, "
-        "else ../shared/thinkingbox-bench).",
-    ),
-]
-DbOpt = Annotated[
-    str | None, typer.Option("--db", help="SQLAlchemy URL for environment state (default: SQLite in memory).")
-]
-DomainOpt = Annotated[
-    list[str] | None, typer.Option("--domain", help="Domain(s) to run (repeatable; default: all landed).")
-]
-
-
-def _domains(requested: list[str] | None) -> list[str]:
-    if not requested:
-        return list(DOMAINS)
-    unknown = [d for d in requested if d not in DOMAINS]
-    if unknown:
-        raise typer.BadParameter(
-            f"unknown domain(s) {unknown}; implemented: {sorted(DOMAINS)}", param_hint="--domain"
-        )
-    return requested
 
 
 @bench_app.command("conformance")
@@ -58,7 +33,7 @@ def conformance(
 ) -> None:
     """Check init hashes, golden replays, golden responses and all probe vectors against the reference."""
     console = Console()
-    domains = _domains(domain)
+    domains = domains_of(domain)
     try:
         bench = resolve_data(data)
         database = Database(db)
@@ -144,7 +119,7 @@ def serve(
     from benchmark.envs.server import EnvServer, announce_stderr
 
     console = Console(stderr=True)
-    (name,) = _domains([domain])
+    (name,) = domains_of([domain])
     try:
         bench = resolve_data(data)
         database = Database(db)
@@ -216,7 +191,7 @@ def replay_command(
         plan = FaultPlan.parse(faults, seed=fault_seed) if faults is not None else None
     except FaultSpecError as exc:
         raise typer.BadParameter(str(exc), param_hint="--faults") from exc
-    domains = _domains(domain)
+    domains = domains_of(domain)
     try:
         bench = resolve_data(data)
         database = Database(db)

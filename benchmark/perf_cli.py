@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.progress import Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
-from benchmark.cli import DataOpt, DbOpt, DomainOpt, _domains
 from benchmark.conformance import select_tasks
 from benchmark.envs import Database, EnvError, load_domain
+from benchmark.options import DataOpt, DbOpt, DomainOpt, domains_of
 from benchmark.tasks import BenchData, Task, resolve_data
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ LimitOpt = Annotated[
 def _tasks(
     console: Console, domain: list[str] | None, data: str | None, db: str | None, limit: int | None
 ) -> tuple[BenchData, Database, dict[str, list[Task]]]:
-    domains = _domains(domain)
+    domains = domains_of(domain)
     try:
         bench = resolve_data(data)
         database = Database(db)
