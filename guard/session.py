@@ -142,24 +142,43 @@ class GuardSession:
     ) -> tuple[ToolOutcome, ToolResult | None]:
         """:meth:`call`, and what the upstream answered to the call's last attempt (``None``: it was
         not forwarded, or the executor raised)."""
-        if self.closed:
-            raise SessionClosedError("session is closed")
-        started = time.perf_counter()
-        call = ToolCall(
-            session_id=self.session_id, principal=self.principal, tool=tool, arguments=dict(arguments or {})
-        )
-        state = CallState(call, approval_id)
+        state = self.begin_call(tool, arguments, approval_id)
         try:
             outcome = self._call(state)
         except ApprovalStoreError as exc:
             # Raised before anything ran or after it was undone: no savepoint is open here.
-            outcome = self._queue_unavailable(call, exc)
+            outcome = self._queue_unavailable(state.call, exc)
+        return self.end_call(state, outcome)
+
+    def begin_call(
+        self, tool: str, arguments: Mapping[str, Any] | None, approval_id: str | None
+    ) -> CallState:
+        """The state a call's steps start from (:meth:`run`, or guard.inline's pipeline)."""
+        if self.closed:
+            raise SessionClosedError("session is closed")
+        call = ToolCall(
+            session_id=self.session_id, principal=self.principal, tool=tool, arguments=dict(arguments or {})
+        )
+        return CallState(call, approval_id, started=time.perf_counter())
+
+    def end_call(self, state: CallState, outcome: ToolOutcome) -> tuple[ToolOutcome, ToolResult | None]:
+        """After the steps: settle the transaction (:meth:`_settle`), time, record and report the call."""
         self._settle(outcome)
-        outcome.duration_ms = (time.perf_counter() - started) * 1000
+        outcome.duration_ms = (time.perf_counter() - state.started) * 1000
         self.outcomes.append(outcome)
         if self.observer is not None:
             self.observer.outcome(outcome)
         return outcome, state.forwarded.result if state.forwarded is not None else None
+
+    def ends_blocking(self, outcome: ToolOutcome) -> bool:
+        """:meth:`end_call` would talk to the backend: the call ran, was undone and nothing was
+        kept, so the transaction restarts (:meth:`_settle`)."""
+        return (
+            outcome.verdict is not Verdict.ALLOWED
+            and self._dirty
+            and not self.kept
+            and self.backend.transactional
+        )
 
     def _settle(self, outcome: ToolOutcome) -> None:
         """After a call: remember whether it kept anything; if nothing was ever kept but the call
@@ -216,8 +235,7 @@ class GuardSession:
         What the executor raises is classified (a transport error is a failure like any other),
         except the backend's own errors, which propagate after the savepoint is rolled back.
         """
-        savepoint = self.backend.savepoint()
-        self._dirty = True
+        savepoint = self.open_attempt()
         result: ToolResult | None = None
         failure: ToolFailure | None
         try:
@@ -227,11 +245,9 @@ class GuardSession:
             except BackendError:
                 raise
             except Exception as exc:
-                failure = self.classifier.exception(call.tool, exc)
-                if not failure.classified:
-                    logger.warning("unclassified failure of %s", call.tool, exc_info=exc)
+                failure = self.judge(call, None, exc)
             else:
-                failure = self.classifier.result(call.tool, result.text, result.is_error)
+                failure = self.judge(call, result, None)
             finally:
                 FORWARDING.reset(token)
             changes = self.backend.changes(savepoint)
@@ -239,6 +255,28 @@ class GuardSession:
             # The upstream may have written before it failed; its outcome is unknown, so undo it.
             self.backend.rollback_to(savepoint)
             raise
+        return self.close_attempt(savepoint, result, failure, changes)
+
+    def open_attempt(self) -> str:
+        """An attempt's savepoint (from now on the transaction may hold something of the session's)."""
+        savepoint = self.backend.savepoint()
+        self._dirty = True
+        return savepoint
+
+    def judge(self, call: ToolCall, result: ToolResult | None, exc: Exception | None) -> ToolFailure | None:
+        """An attempt's failure, from what the executor raised or answered (None: it did not fail)."""
+        if exc is not None:
+            failure = self.classifier.exception(call.tool, exc)
+            if not failure.classified:
+                logger.warning("unclassified failure of %s", call.tool, exc_info=exc)
+            return failure
+        assert result is not None
+        return self.classifier.result(call.tool, result.text, result.is_error)
+
+    def close_attempt(
+        self, savepoint: str, result: ToolResult | None, failure: ToolFailure | None, changes: ChangeSet
+    ) -> Attempt[Forwarded]:
+        """The attempt as the retry loop sees it; a failed one is undone first (talks to the backend)."""
         if failure is not None:
             if failure.restart_transaction and not self.kept and self.backend.transactional:
                 # The transaction's read snapshot may predate another writer's commit: SQLite

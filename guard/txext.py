@@ -904,6 +904,11 @@ class RemoteBackend:
         fields = {} if since is None else {"since": since}
         return ChangeSet(changes=self._request(CHANGES, TxChangesResult, **fields).changes)
 
+    def reported(self, savepoint: str) -> bool:
+        """:meth:`changes` since ``savepoint`` needs no request (the last tools/call reported it, or
+        its own error is raised): guard.backend.Piggybacking."""
+        return savepoint in self._failed or (savepoint in self._open and savepoint in self._reported)
+
     def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         return self._request(QUERY, TxQueryResult, sql=sql, params=dict(params or {})).rows
 

@@ -42,7 +42,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import anyio
 import anyio.abc
@@ -59,6 +59,7 @@ from guard.checks import CheckContext, run_checks
 from guard.classify import BUILTIN_RULES
 from guard.effects import ToolInfo, classify
 from guard.errors import ErrorClass, LockContention
+from guard.inline import AsyncExecutor, inline_ok, run_inline
 from guard.journal import JournalBackend
 from guard.metrics import CallObserver
 from guard.models import (
@@ -87,6 +88,8 @@ from proxy.upstreams import (
 )
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 SESSION_META_KEY = "shadowguard/session"
 """The ``_meta`` key naming a session: agents may send it to the proxy; the proxy sends its own
@@ -377,7 +380,7 @@ class ProxySession:
             else:
                 if await self._writer_slot(upstream, tool, arguments):
                     self._forward_meta = dict(meta or {})
-                    result = await self._run(self._call_sync, leg, tool, arguments, approval_id)
+                    result = await self._guarded(leg, tool, arguments, approval_id)
                 else:
                     result = CallResult(self._no_writer_slot(upstream, tool, arguments))
             await self._release_writers()
@@ -466,6 +469,32 @@ class ProxySession:
         leg = _Leg(upstream, connection, owned, upstream_session=f"sg-{uuid.uuid4().hex}")
         self._legs[upstream.name] = leg
         return leg
+
+    async def _guarded(
+        self, leg: _Leg, tool: str, arguments: Mapping[str, Any], approval_id: str | None
+    ) -> CallResult:
+        """The call through the leg's GuardSession: on the event loop when its guarding is small work
+        (guard.inline: a read on an open transaction whose savepoint rides on the call), else in a
+        worker thread. Shielded either way: a call the agent gave up on still ends cleanly (a worker
+        thread runs to its end, too)."""
+        guard = leg.guard
+        if guard is None or not self._looked_up or not inline_ok(guard, tool, arguments, approval_id):
+            result: CallResult = await self._run(self._call_sync, leg, tool, arguments, approval_id)
+            return result
+        with anyio.CancelScope(shield=True):
+            try:
+                outcome, answer = await run_inline(guard, tool, arguments, self._sender(leg), self._offload)
+            except (BackendError, UpstreamError, MCPError) as exc:
+                return CallResult(await self._run(self._broken, leg, tool, arguments, exc))
+            except BaseException:
+                await self._run(self._rollback_sync, "upstream_failed")
+                raise
+        forwarded = answer.raw if answer is not None and outcome.verdict is not Verdict.REFUSED else None
+        return CallResult(outcome, forwarded)
+
+    async def _offload(self, work: Callable[[], T]) -> T:
+        result: T = await anyio.to_thread.run_sync(work, limiter=self._limiter)
+        return result
 
     def _call_sync(
         self, leg: _Leg, tool: str, arguments: Mapping[str, Any], approval_id: str | None
@@ -593,7 +622,18 @@ class ProxySession:
         per call); a queued operation that failed is the backend's error (the tool did not run).
         """
 
+        send = self._sender(leg)
+
         def execute(tool: str, arguments: Mapping[str, Any]) -> ToolResult:
+            result: ToolResult = anyio.from_thread.run(send, tool, arguments)
+            return result
+
+        return execute
+
+    def _sender(self, leg: _Leg) -> AsyncExecutor:
+        """:meth:`_executor` on the event loop (guard.inline awaits it; the executor runs it there)."""
+
+        async def send(tool: str, arguments: Mapping[str, Any]) -> ToolResult:
             meta = dict(self._forward_meta)
             remote = leg.remote
             if remote is not None:
@@ -601,7 +641,7 @@ class ProxySession:
                     raise BackendError("no open transaction on the upstream")
                 meta.update(remote.tool_call_meta())
             try:
-                result = anyio.from_thread.run(leg.connection.call_tool, tool, arguments, meta)
+                result = await leg.connection.call_tool(tool, arguments, meta)
             except MCPError as exc:
                 failed = remote.tool_call_failed(exc) if remote is not None else None
                 if failed is not None:
@@ -611,7 +651,7 @@ class ProxySession:
                 remote.tool_call_done(result)
             return ToolResult(text=_text(result), is_error=bool(result.is_error), raw=result)
 
-        return execute
+        return send
 
     def _effect(self, upstream: Upstream, tool: str, arguments: Mapping[str, Any]) -> EffectClass:
         info = upstream.tool_info(tool) if tool in upstream.tools else ToolInfo(name=tool)
