@@ -312,16 +312,26 @@ class GuardSession:
         """The net change set of the session so far."""
         return self.backend.changes().net()
 
-    def commit(self) -> CommitOutcome:
+    def review(self) -> CommitOutcome:
+        """The ``at_commit`` checks on the net change set, without committing: their ``violations``
+        (none: a commit may go ahead) and the ``changes`` a commit would apply."""
         if self.closed:
             raise SessionClosedError("session is closed")
         changes = self.pending_changes()
         violations = run_checks(self.checks, self.context("at_commit", None, changes))
-        if violations:
-            return CommitOutcome(committed=False, violations=violations, changes=changes)
+        return CommitOutcome(committed=False, violations=violations, changes=changes)
+
+    def commit(self, reviewed: CommitOutcome | None = None) -> CommitOutcome:
+        """Commit if the ``at_commit`` checks pass. ``reviewed``: their verdict from :meth:`review`,
+        which is then not run again (nothing may have run on the session since)."""
+        review = reviewed if reviewed is not None else self.review()
+        if self.closed:
+            raise SessionClosedError("session is closed")
+        if review.violations:
+            return review
         self.backend.commit()
         self.closed = True
-        return CommitOutcome(committed=True, changes=changes)
+        return CommitOutcome(committed=True, changes=review.changes)
 
     def rollback(self) -> None:
         if self.closed:
