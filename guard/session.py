@@ -7,6 +7,9 @@
 
 (each arrow a step of guard.steps, run in order by :meth:`GuardSession.call`)
     commit →  at_commit checks on the net change set  →  commit | refuse with violations
+              (:meth:`GuardSession.review` runs the checks alone; ``commit(reviewed)`` does not rerun them)
+
+guard.inline runs the same steps on the event loop for calls whose guarding is small work.
 
 Every outcome that is not ``allowed`` carries an error class and a hint (guard.errors): what failed
 and what the agent can do next. Invalid arguments never reach the upstream (guard.validation).
