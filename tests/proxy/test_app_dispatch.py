@@ -4,7 +4,7 @@ middleware, every other path does, and ``/mcp`` keeps its own body limit."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import httpx2
@@ -23,7 +23,7 @@ LIMIT = 4096
 class Seen:
     """An API middleware that notes the path of every HTTP request that passes it."""
 
-    paths: list[str] = []
+    paths: ClassVar[list[str]] = []
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
