@@ -52,3 +52,17 @@ class Backend(Protocol):
     def commit(self) -> None: ...
 
     def rollback(self) -> None: ...
+
+
+@runtime_checkable
+class Piggybacking(Protocol):
+    """A backend whose savepoint and release ride on the next request instead of a round trip of
+    their own, and whose change set since a savepoint the next tool call reports
+    (:class:`guard.txext.RemoteBackend` with a participant that serves piggybacking)."""
+
+    piggybacking: bool
+    """True while operations ride on requests (False: each is a round trip)."""
+
+    def reported(self, savepoint: str) -> bool:
+        """:meth:`Backend.changes` since ``savepoint`` is answered without a request."""
+        ...

@@ -24,7 +24,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Generic, Protocol, TypeVar
@@ -189,8 +189,39 @@ class RetryPolicy:
         ``attempt`` reports failures in its result, never by raising: an exception from it is the
         guard's own fault and propagates at once.
         """
-        started = self.clock.now()
         failed: list[Attempt[T]] = []
+        should_retry, wait = self._terms(failed, effect, idempotent, max_attempts)
+        retrying = tenacity.Retrying(
+            retry=should_retry, wait=wait, stop=tenacity.stop_never, sleep=self.clock.sleep, reraise=True
+        )
+        last: Attempt[T] = retrying(attempt)
+        return last, failed
+
+    async def run_async(
+        self,
+        attempt: Callable[[], Awaitable[Attempt[T]]],
+        *,
+        effect: EffectClass,
+        sleep: Callable[[float], Awaitable[None]],
+        idempotent: bool = False,
+        max_attempts: int | None = None,
+    ) -> tuple[Attempt[T], list[Attempt[T]]]:
+        """:meth:`run` for an attempt that is awaited (the same decisions); ``sleep`` waits out a
+        retry's delay (e.g. :attr:`clock`'s sleep, run off the event loop)."""
+        failed: list[Attempt[T]] = []
+        should_retry, wait = self._terms(failed, effect, idempotent, max_attempts)
+        retrying = tenacity.AsyncRetrying(
+            retry=should_retry, wait=wait, stop=tenacity.stop_never, sleep=sleep, reraise=True
+        )
+        last: Attempt[T] = await retrying(attempt)
+        return last, failed
+
+    def _terms(
+        self, failed: list[Attempt[T]], effect: EffectClass, idempotent: bool, max_attempts: int | None
+    ) -> tuple[Callable[[tenacity.RetryCallState], bool], Callable[[tenacity.RetryCallState], float]]:
+        """The retry loop's ``retry`` and ``wait`` callbacks: each failed attempt is appended to
+        ``failed`` with its :func:`decide` decision."""
+        started = self.clock.now()
         per_class: Counter[ErrorClass] = Counter()
 
         def should_retry(state: tenacity.RetryCallState) -> bool:
@@ -225,8 +256,4 @@ class RetryPolicy:
             decision = state.outcome.result().decision
             return decision.delay if decision is not None else 0.0
 
-        retrying = tenacity.Retrying(
-            retry=should_retry, wait=wait, stop=tenacity.stop_never, sleep=self.clock.sleep, reraise=True
-        )
-        last: Attempt[T] = retrying(attempt)
-        return last, failed
+        return should_retry, wait

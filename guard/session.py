@@ -7,6 +7,9 @@
 
 (each arrow a step of guard.steps, run in order by :meth:`GuardSession.call`)
     commit →  at_commit checks on the net change set  →  commit | refuse with violations
+              (:meth:`GuardSession.review` runs the checks alone; ``commit(reviewed)`` does not rerun them)
+
+guard.inline runs the same steps on the event loop for calls whose guarding is small work.
 
 Every outcome that is not ``allowed`` carries an error class and a hint (guard.errors): what failed
 and what the agent can do next. Invalid arguments never reach the upstream (guard.validation).
@@ -82,11 +85,11 @@ class Forwarded:
     (``result`` then says so; see :meth:`GuardSession.forward`)."""
 
 
-def answer_lost(call: ToolCall, failure: ToolFailure, changes: ChangeSet) -> ToolResult:
+def answer_lost(failure: ToolFailure, changes: ChangeSet) -> ToolResult:
     """The result of a call whose answer was lost although the upstream applied it."""
     tables = ", ".join(sorted(changes.tables))
     return ToolResult(
-        f"{call.tool} was applied, but the upstream's answer was lost ({failure.message}). "
+        f"{failure.tool or 'The call'} was applied, but the upstream's answer was lost ({failure.message}). "
         f"Its {len(changes)} row change(s) ({tables}) are kept; do not send the call again. "
         "Read the records back if you need what the answer would have said."
     )
@@ -155,24 +158,43 @@ class GuardSession:
     ) -> tuple[ToolOutcome, ToolResult | None]:
         """:meth:`call`, and what the upstream answered to the call's last attempt (``None``: it was
         not forwarded, or the executor raised)."""
-        if self.closed:
-            raise SessionClosedError("session is closed")
-        started = time.perf_counter()
-        call = ToolCall(
-            session_id=self.session_id, principal=self.principal, tool=tool, arguments=dict(arguments or {})
-        )
-        state = CallState(call, approval_id)
+        state = self.begin_call(tool, arguments, approval_id)
         try:
             outcome = self._call(state)
         except ApprovalStoreError as exc:
             # Raised before anything ran or after it was undone: no savepoint is open here.
-            outcome = self._queue_unavailable(call, exc)
+            outcome = self._queue_unavailable(state.call, exc)
+        return self.end_call(state, outcome)
+
+    def begin_call(
+        self, tool: str, arguments: Mapping[str, Any] | None, approval_id: str | None
+    ) -> CallState:
+        """The state a call's steps start from (:meth:`run`, or guard.inline's pipeline)."""
+        if self.closed:
+            raise SessionClosedError("session is closed")
+        call = ToolCall(
+            session_id=self.session_id, principal=self.principal, tool=tool, arguments=dict(arguments or {})
+        )
+        return CallState(call, approval_id, started=time.perf_counter())
+
+    def end_call(self, state: CallState, outcome: ToolOutcome) -> tuple[ToolOutcome, ToolResult | None]:
+        """After the steps: settle the transaction (:meth:`_settle`), time, record and report the call."""
         self._settle(outcome)
-        outcome.duration_ms = (time.perf_counter() - started) * 1000
+        outcome.duration_ms = (time.perf_counter() - state.started) * 1000
         self.outcomes.append(outcome)
         if self.observer is not None:
             self.observer.outcome(outcome)
         return outcome, state.forwarded.result if state.forwarded is not None else None
+
+    def ends_blocking(self, outcome: ToolOutcome) -> bool:
+        """:meth:`end_call` would talk to the backend: the call ran, was undone and nothing was
+        kept, so the transaction restarts (:meth:`_settle`)."""
+        return (
+            outcome.verdict is not Verdict.ALLOWED
+            and self._dirty
+            and not self.kept
+            and self.backend.transactional
+        )
 
     def _settle(self, outcome: ToolOutcome) -> None:
         """After a call: remember whether it kept anything; if nothing was ever kept but the call
@@ -235,8 +257,7 @@ class GuardSession:
         not undo what such a call did outside the database, and the shadow state would then hide an
         effect that exists.
         """
-        savepoint = self.backend.savepoint()
-        self._dirty = True
+        savepoint = self.open_attempt()
         result: ToolResult | None = None
         failure: ToolFailure | None
         try:
@@ -246,11 +267,9 @@ class GuardSession:
             except BackendError:
                 raise
             except Exception as exc:
-                failure = self.classifier.exception(call.tool, exc)
-                if not failure.classified:
-                    logger.warning("unclassified failure of %s", call.tool, exc_info=exc)
+                failure = self.judge(call, None, exc)
             else:
-                failure = self.classifier.result(call.tool, result.text, result.is_error)
+                failure = self.judge(call, result, None)
             finally:
                 FORWARDING.reset(token)
             changes = self.backend.changes(savepoint)
@@ -258,8 +277,38 @@ class GuardSession:
             # The upstream may have written before it failed; its outcome is unknown, so undo it.
             self.backend.rollback_to(savepoint)
             raise
+        return self.close_attempt(savepoint, result, failure, changes, keep_applied=keep_applied)
+
+    def open_attempt(self) -> str:
+        """An attempt's savepoint (from now on the transaction may hold something of the session's)."""
+        savepoint = self.backend.savepoint()
+        self._dirty = True
+        return savepoint
+
+    def judge(self, call: ToolCall, result: ToolResult | None, exc: Exception | None) -> ToolFailure | None:
+        """An attempt's failure, from what the executor raised or answered (None: it did not fail)."""
+        if exc is not None:
+            failure = self.classifier.exception(call.tool, exc)
+            if not failure.classified:
+                logger.warning("unclassified failure of %s", call.tool, exc_info=exc)
+            return failure
+        assert result is not None
+        return self.classifier.result(call.tool, result.text, result.is_error)
+
+    def close_attempt(
+        self,
+        savepoint: str,
+        result: ToolResult | None,
+        failure: ToolFailure | None,
+        changes: ChangeSet,
+        *,
+        keep_applied: bool = False,
+    ) -> Attempt[Forwarded]:
+        """The attempt as the retry loop sees it; a failed one is undone first (talks to the backend),
+        unless ``keep_applied`` and its change set shows it was applied (see :meth:`forward`)."""
         if failure is not None and keep_applied and result is None and changes and not failure.safe_to_retry:
-            return Attempt(Forwarded(savepoint, answer_lost(call, failure, changes), changes, lost=failure))
+            lost = answer_lost(failure, changes)
+            return Attempt(Forwarded(savepoint, lost, changes, lost=failure))
         if failure is not None:
             if failure.restart_transaction and not self.kept and self.backend.transactional:
                 # The transaction's read snapshot may predate another writer's commit: SQLite
@@ -295,16 +344,26 @@ class GuardSession:
         """The net change set of the session so far."""
         return self.backend.changes().net()
 
-    def commit(self) -> CommitOutcome:
+    def review(self) -> CommitOutcome:
+        """The ``at_commit`` checks on the net change set, without committing: their ``violations``
+        (none: a commit may go ahead) and the ``changes`` a commit would apply."""
         if self.closed:
             raise SessionClosedError("session is closed")
         changes = self.pending_changes()
         violations = run_checks(self.checks, self.context("at_commit", None, changes))
-        if violations:
-            return CommitOutcome(committed=False, violations=violations, changes=changes)
+        return CommitOutcome(committed=False, violations=violations, changes=changes)
+
+    def commit(self, reviewed: CommitOutcome | None = None) -> CommitOutcome:
+        """Commit if the ``at_commit`` checks pass. ``reviewed``: their verdict from :meth:`review`,
+        which is then not run again (nothing may have run on the session since)."""
+        review = reviewed if reviewed is not None else self.review()
+        if self.closed:
+            raise SessionClosedError("session is closed")
+        if review.violations:
+            return review
         self.backend.commit()
         self.closed = True
-        return CommitOutcome(committed=True, changes=changes)
+        return CommitOutcome(committed=True, changes=review.changes)
 
     def rollback(self) -> None:
         if self.closed:

@@ -27,6 +27,7 @@ from guard.policy import ApprovalRule
 from guard.retry import Attempt, Reason, RetryDecision
 
 if TYPE_CHECKING:
+    from guard.retry import Attempt
     from guard.session import Forwarded, GuardSession
 
 RESERVED_PREFIX = "__reserved__"
@@ -49,6 +50,8 @@ class CallState:
     """The last attempt's savepoint, upstream result and change set."""
     retries: int = 0
     attempts: list[AttemptRecord] = field(default_factory=list)
+    started: float = 0.0
+    """When the call began (``time.perf_counter``), for its ``duration_ms``."""
 
 
 Step = Callable[["GuardSession", CallState], ToolOutcome | None]
@@ -146,23 +149,38 @@ def approval(session: GuardSession, state: CallState) -> ToolOutcome | None:
 def execute(session: GuardSession, state: CallState) -> ToolOutcome | None:
     """Forward the call in a savepoint, retried while its failure's class and effect allow; a call
     that still fails is reported with what the agent can do next."""
-    assert state.info is not None
     call = state.call
-    override = session.policy.retry_for(call.tool)
-    idempotent = state.info.annotations.get("idempotentHint") is True
-    if override is not None and override.idempotent is not None:
-        idempotent = override.idempotent
+    idempotent, max_attempts = retry_terms(session, state)
     keep_applied = state.effect is EffectClass.IRREVERSIBLE and not idempotent
     last, failed = session.retry.run(
         lambda: session.forward(call, keep_applied=keep_applied),
         effect=state.effect,
         idempotent=idempotent,
-        max_attempts=override.max_attempts if override is not None else None,
+        max_attempts=max_attempts,
     )
+    return executed(session, state, last, failed)
+
+
+def retry_terms(session: GuardSession, state: CallState) -> tuple[bool, int | None]:
+    """Whether the call counts as idempotent, and the pack's attempt limit for it (None: none)."""
+    assert state.info is not None
+    override = session.policy.retry_for(state.call.tool)
+    idempotent = state.info.annotations.get("idempotentHint") is True
+    if override is not None and override.idempotent is not None:
+        idempotent = override.idempotent
+    return idempotent, override.max_attempts if override is not None else None
+
+
+def executed(
+    session: GuardSession, state: CallState, last: Attempt[Forwarded], failed: Sequence[Attempt[Forwarded]]
+) -> ToolOutcome | None:
+    """After the retry loop: the attempts recorded on the state; a call that still failed is
+    reported with what the agent can do next (None: the last attempt succeeded)."""
+    call = state.call
     if last.value.lost is not None:
         # Applied, answer lost (GuardSession.forward): kept, never sent again; listed as an attempt.
         unknown = RetryDecision(False, Reason.OUTCOME_UNKNOWN)
-        failed.append(Attempt(last.value, last.value.lost, decision=unknown))
+        failed = [*failed, Attempt(last.value, last.value.lost, decision=unknown)]
     state.attempts = [session.record(call, a) for a in failed]
     state.retries = sum(1 for a in state.attempts if a.retried)
     state.forwarded = last.value

@@ -368,22 +368,38 @@ def render_commit(outcome: CommitOutcome, session_id: str | None) -> types.CallT
     }
     if outcome.upstreams is not None:
         structured["upstreams"] = outcome.upstreams
-    if outcome.committed:
-        parts = []
-        if outcome.changes:
-            parts.append(f"{len(outcome.changes)} row change(s) are now durable")
-        if outcome.applied:
-            parts.append(
-                f"{len(outcome.applied)} call(s) to upstreams that cannot transact were already applied "
-                f"when they ran, and are now final (no rollback will compensate them): "
-                f"{_calls_text(outcome.applied)}"
-            )
-        text = (
-            "Committed: " + "; ".join(parts) + "."
-            if parts
-            else "Committed: there were no changes to make durable."
+    text = _committed_text(outcome) if outcome.committed else _refused_text(outcome, structured)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        structured_content=structured,
+        is_error=not outcome.committed,
+        _meta={OUTCOME_META_KEY: stamp},
+    )
+
+
+def _committed_text(outcome: CommitOutcome) -> str:
+    """What a commit that went through says it made final."""
+    parts = []
+    if outcome.changes:
+        parts.append(f"{len(outcome.changes)} row change(s) are now durable")
+    if outcome.applied:
+        parts.append(
+            f"{len(outcome.applied)} call(s) to upstreams that cannot transact were already applied "
+            f"when they ran, and are now final (no rollback will compensate them): "
+            f"{_calls_text(outcome.applied)}"
         )
-    elif any(v.rule_id in INCOMPLETE_RULES for v in outcome.violations):
+    text = (
+        "Committed: " + "; ".join(parts) + "."
+        if parts
+        else "Committed: there were no changes to make durable."
+    )
+    return text
+
+
+def _refused_text(outcome: CommitOutcome, structured: dict[str, Any]) -> str:
+    """What a commit that did not go through says, by why (``structured`` gets the error class and
+    hint of a transient refusal)."""
+    if any(v.rule_id in INCOMPLETE_RULES for v in outcome.violations):
         text = "\n".join(
             [
                 "Commit incomplete: it was not applied on every upstream (see below which upstreams "
@@ -422,12 +438,7 @@ def render_commit(outcome: CommitOutcome, session_id: str | None) -> types.CallT
                 *(_violation_text(v) for v in outcome.violations),
             ]
         )
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=text)],
-        structured_content=structured,
-        is_error=not outcome.committed,
-        _meta={OUTCOME_META_KEY: stamp},
-    )
+    return text
 
 
 def render_rollback(outcome: RollbackOutcome | None, session_id: str | None) -> types.CallToolResult:

@@ -21,7 +21,13 @@ One concept per module:
 The names below are the public API; the modules' other names may change without notice.
 """
 
-from guard.txext.client import NotReversibleTransactionError, RemoteBackend, SendToolCall, TransactionError
+from guard.txext.client import (
+    NotReversibleTransactionError,
+    RemoteBackend,
+    SendToolCall,
+    SendToolCallAsync,
+    TransactionError,
+)
 from guard.txext.participant import BackendAccess, TransactionParticipant, serialized
 from guard.txext.protocol import (
     BEGIN,
@@ -89,6 +95,7 @@ __all__ = [
     "NotReversibleTransactionError",
     "RemoteBackend",
     "SendToolCall",
+    "SendToolCallAsync",
     "TransactionError",
     "TransactionParticipant",
     "TxBeginResult",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 import anyio.from_thread
@@ -61,6 +61,7 @@ T = TypeVar("T")
 R = TypeVar("R", bound=types.Result)
 
 SendToolCall = Callable[[dict[str, Any]], types.CallToolResult]
+SendToolCallAsync = Callable[[dict[str, Any]], Awaitable[types.CallToolResult]]
 """Sends one ``tools/call`` with the ``_meta`` it is given and returns the answer (synchronously);
 raises ``MCPError`` for a JSON-RPC error answer."""
 
@@ -327,8 +328,34 @@ class RemoteBackend:
         answer is a JSON-RPC error because a piggybacked operation failed, the tool did not run and
         that operation's :class:`TransactionError` is raised instead; any other error of ``send`` is
         raised as it is (the operations were applied; the tool's error is the caller's to handle).
-        BackendError without an open transaction.
+        BackendError without an open transaction. :meth:`send_tool_call_async` is the same on an
+        event loop.
         """
+        wire = self._tool_call_meta(meta)
+        try:
+            result = send(wire)
+        except MCPError as exc:
+            failed = self._tool_call_failed(exc)
+            if failed is exc:
+                raise
+            raise failed from exc
+        return self._tool_call_answered(result)
+
+    async def send_tool_call_async(
+        self, send: SendToolCallAsync, meta: Mapping[str, Any] | None = None
+    ) -> types.CallToolResult:
+        """:meth:`send_tool_call` with ``send`` awaited (the proxy's calls on the event loop)."""
+        wire = self._tool_call_meta(meta)
+        try:
+            result = await send(wire)
+        except MCPError as exc:
+            failed = self._tool_call_failed(exc)
+            if failed is exc:
+                raise
+            raise failed from exc
+        return self._tool_call_answered(result)
+
+    def _tool_call_meta(self, meta: Mapping[str, Any] | None) -> dict[str, Any]:
         if self.tx is None:
             raise BackendError("no transaction: call begin() first")
         self.last_sent = time.monotonic()
@@ -336,18 +363,27 @@ class RemoteBackend:
         ops = self._take_queue()
         if ops:
             wire[OPS_META_KEY] = ops
-        try:
-            result = send(wire)
-        except MCPError as exc:
-            self._reported.clear()
-            op = exc.data.get(OP_ERROR_KEY) if isinstance(exc.data, Mapping) else None
-            if op is None:
-                self._in_flight = []
-                raise
-            raise self._failure(exc, "tools/call") from exc
+        return wire
+
+    def _tool_call_failed(self, exc: MCPError) -> Exception:
+        """What a ``tools/call`` that raised ``exc`` raises: a failed operation's TransactionError,
+        else ``exc`` itself."""
+        self._reported.clear()
+        op = exc.data.get(OP_ERROR_KEY) if isinstance(exc.data, Mapping) else None
+        if op is None:
+            self._in_flight = []
+            return exc
+        return self._failure(exc, "tools/call")
+
+    def _tool_call_answered(self, result: types.CallToolResult) -> types.CallToolResult:
         self._in_flight = []
         self._keep_reported(result)
         return result
+
+    def reported(self, savepoint: str) -> bool:
+        """:meth:`changes` since ``savepoint`` needs no request (the last tools/call reported it, or
+        its own error is raised): guard.backend.Piggybacking."""
+        return savepoint in self._failed or (savepoint in self._open and savepoint in self._reported)
 
     def _keep_reported(self, result: types.CallToolResult) -> None:
         """Keep the change sets (or errors) ``result`` reports for the savepoints still open."""

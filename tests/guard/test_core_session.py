@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from guard.checks import CheckContext, PythonCheck, RuleText
 from guard.models import EffectClass, Verdict
 from guard.policy import PolicyPack, load_policy
 from guard.session import GuardSession, SessionClosedError
@@ -100,3 +101,28 @@ def test_pack_effects_and_folder_loading(tmp_path: Path, pack: PolicyPack) -> No
     assert pack.effect_of("cancel_order") is EffectClass.IRREVERSIBLE
     assert pack.effect_of("get_order") is EffectClass.READ
     assert [c.id for c in load_policy(tmp_path).checks] == [c.id for c in pack.checks]
+
+
+def test_a_reviewed_commit_runs_the_at_commit_checks_once(shop: Shop, session: GuardSession) -> None:
+    runs: list[int] = []
+
+    def counted(ctx: CheckContext) -> str | None:
+        runs.append(len(ctx.changes))
+        return None
+
+    session.checks.append(PythonCheck("counted", "at_commit", counted, RuleText("counted at commit")))
+    assert session.call("set_total", {"order_id": "O1", "total": 10}).verdict is Verdict.ALLOWED
+    review = session.review()
+    assert not review.committed and review.violations == [] and len(review.changes) == 1
+    outcome = session.commit(review)
+    assert outcome.committed and outcome.changes == review.changes
+    assert runs == [1]  # the review's run only: commit(reviewed) does not check again
+    assert shop.order("O1") == {**ORDERS[0], "total": 10}
+
+
+def test_a_review_with_violations_is_the_commits_refusal(session: GuardSession) -> None:
+    session.call("add_order", {"order_id": "O4", "customer_id": "C1", "total": 5})
+    session.call("add_order", {"order_id": "O5", "customer_id": "C1", "total": 5})
+    review = session.review()
+    assert [v.rule_id for v in review.violations] == ["shop.at_most_two_open_orders"]
+    assert session.commit(review) == review and not session.closed

@@ -1,0 +1,173 @@
+"""The guard's pipeline on the event loop, for calls whose guarding is small work.
+
+A proxy drives :class:`~guard.session.GuardSession` from async code. Its synchronous pipeline runs in
+a worker thread, and the executor reaches the upstream back on the event loop: two thread hops per
+call. For a call that needs nothing from the backend but its savepoint, its change set and its
+release, and those ride on the call itself (a journal, or a participant that piggybacks them),
+:func:`run_inline` runs the same steps (guard.steps) on the event loop and awaits the upstream:
+
+    allow → validate → before-call checks → approval → shadow execute with retries (awaited)
+          → after-call checks → keep
+
+:func:`inline_ok` says which calls qualify: read-classified, no ``before_call`` or ``after_call``
+check applies to the tool, no approval rule matches it, no approval named, and a backend whose
+savepoints cost no round trip. Anything on the way that does talk to the backend (undoing a failed
+attempt or a read that wrote, a change set the upstream did not report, restarting the transaction,
+a retry's wait) is handed to ``offload``, which runs it off the event loop (a worker thread, as the
+whole call would otherwise). The outcome is the one :meth:`GuardSession.run` gives.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, Protocol, TypeVar
+
+from guard.backend import Backend, BackendError, Piggybacking
+from guard.effects import classify
+from guard.errors import ToolFailure
+from guard.models import ChangeSet, EffectClass, ToolOutcome
+from guard.retry import Attempt
+from guard.session import FORWARDING, Forwarded, GuardSession, ToolResult
+from guard.steps import (
+    CallState,
+    after_call,
+    allow,
+    approval,
+    before_call,
+    executed,
+    keep_or_undo,
+    retry_terms,
+    validate,
+)
+
+T = TypeVar("T")
+
+AsyncExecutor = Callable[[str, Mapping[str, Any]], Coroutine[Any, Any, ToolResult]]
+"""Forwards one call to the upstream (awaited on the event loop)."""
+
+
+class Offload(Protocol):
+    """Runs blocking work (anything that talks to the backend) off the event loop; returns its result."""
+
+    def __call__(self, work: Callable[[], T], /) -> Awaitable[T]: ...
+
+
+INLINE_PHASES = ("before_call", "after_call")
+
+
+def ops_ride_on_calls(backend: Backend) -> bool:
+    """Savepoint and release cost no round trip: a journal, or a participant that piggybacks them."""
+    if not backend.transactional:
+        return True
+    return isinstance(backend, Piggybacking) and backend.piggybacking
+
+
+def inline_ok(
+    session: GuardSession, tool: str, arguments: Mapping[str, Any], approval_id: str | None
+) -> bool:
+    """``tool`` can be guarded by :func:`run_inline` (see the module docstring); an unknown or
+    hidden tool can (it is refused before anything runs)."""
+    if approval_id is not None or session.closed or not ops_ride_on_calls(session.backend):
+        return False
+    info = session.tools.get(tool)
+    if info is None:
+        return True
+    effect = classify(info, arguments, session.policy.effect_of(tool))[0]
+    if effect is not EffectClass.READ or session.needs_person(False, effect):
+        return False
+    if any(c.phase in INLINE_PHASES and c.applies_to(tool) for c in session.checks):
+        return False
+    return session.policy.approval_for(tool, effect, arguments, None) is None
+
+
+async def run_inline(
+    session: GuardSession, tool: str, arguments: Mapping[str, Any], send: AsyncExecutor, offload: Offload
+) -> tuple[ToolOutcome, ToolResult | None]:
+    """:meth:`GuardSession.run` for a call :func:`inline_ok` accepted, with ``send`` as executor."""
+    state = session.begin_call(tool, arguments, None)
+    outcome = allow(session, state) or validate(session, state)
+    outcome = outcome or before_call(session, state) or approval(session, state)
+    if outcome is None:
+        outcome = await _execute(session, state, send, offload)
+    if outcome is None:
+        outcome = await _after(session, state, offload)
+    if session.ends_blocking(outcome):
+        return await offload(functools.partial(session.end_call, state, outcome))
+    return session.end_call(state, outcome)
+
+
+async def _execute(
+    session: GuardSession, state: CallState, send: AsyncExecutor, offload: Offload
+) -> ToolOutcome | None:
+    """guard.steps.execute with the attempts awaited (a retry's wait is offloaded)."""
+    idempotent, max_attempts = retry_terms(session, state)
+    clock = session.retry.clock
+
+    async def sleep(seconds: float) -> None:
+        await offload(functools.partial(clock.sleep, seconds))
+
+    async def attempt() -> Attempt[Forwarded]:
+        return await _forward(session, state, send, offload)
+
+    last, failed = await session.retry.run_async(
+        attempt,
+        effect=state.effect,
+        sleep=sleep,
+        idempotent=idempotent,
+        max_attempts=max_attempts,
+    )
+    return executed(session, state, last, failed)
+
+
+async def _forward(
+    session: GuardSession, state: CallState, send: AsyncExecutor, offload: Offload
+) -> Attempt[Forwarded]:
+    """:meth:`GuardSession.forward` with the upstream awaited."""
+    call, backend = state.call, session.backend
+    savepoint = session.open_attempt()
+    result: ToolResult | None = None
+    failure: ToolFailure | None
+    try:
+        token = FORWARDING.set(call)
+        try:
+            result = await send(call.tool, call.arguments)
+        except BackendError:
+            raise
+        except Exception as exc:
+            failure = session.judge(call, None, exc)
+        else:
+            failure = session.judge(call, result, None)
+        finally:
+            FORWARDING.reset(token)
+        changes = await _changes(backend, savepoint, offload)
+    except BaseException:
+        # The upstream may have written before it failed; its outcome is unknown, so undo it.
+        await offload(functools.partial(backend.rollback_to, savepoint))
+        raise
+    if failure is None:
+        return session.close_attempt(savepoint, result, failure, changes)
+    return await offload(functools.partial(session.close_attempt, savepoint, result, failure, changes))
+
+
+async def _changes(backend: Backend, savepoint: str, offload: Offload) -> ChangeSet:
+    """The attempt's change set: read on the loop when the call reported it, else asked for."""
+    if not backend.transactional or (isinstance(backend, Piggybacking) and backend.reported(savepoint)):
+        return backend.changes(savepoint)
+    changes: ChangeSet = await offload(functools.partial(backend.changes, savepoint))
+    return changes
+
+
+async def _after(session: GuardSession, state: CallState, offload: Offload) -> ToolOutcome:
+    """The after-call checks and keep-or-undo: on the loop when the read changed nothing (no check
+    applies, so only releasing its savepoint is left, and that rides on the next request)."""
+    forwarded = state.forwarded
+    assert forwarded is not None
+
+    def finish() -> ToolOutcome:
+        return after_call(session, state) or keep_or_undo(session, state)
+
+    if forwarded.changes:
+        outcome: ToolOutcome = await offload(finish)
+        return outcome
+    return finish()
