@@ -103,6 +103,14 @@ def _sqlite_triggers(tables: tuple[sa.Table, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def concurrent_writers(dialect: str) -> int | None:
+    """How many transactions on one database can hold uncommitted writes at once, for a participant
+    to advertise (``TransactionParticipant(writers=...)``): SQLite has one write lock per database
+    file, and refuses it at once, whatever ``busy_timeout``, to a transaction that has already read;
+    None: no such limit (PostgreSQL locks rows)."""
+    return 1 if dialect == "sqlite" else None
+
+
 class SqlBackend:
     """Shadow transaction on one SQLAlchemy connection.
 

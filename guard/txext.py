@@ -160,12 +160,29 @@ class TxQueryResult(types.Result):
     rows: list[dict[str, Any]]
 
 
-def settings(features: Collection[str] = FEATURES) -> dict[str, Any]:
-    """What a participant advertises at ``capabilities.extensions["shadowguard/tx"]``."""
+def settings(features: Collection[str] = FEATURES, writers: int | None = None) -> dict[str, Any]:
+    """What a participant advertises at ``capabilities.extensions["shadowguard/tx"]``.
+
+    ``writers``: how many transactions can hold uncommitted writes at once (a SQLite database: 1);
+    absent: no such limit. The proxy then queues sessions for that many writer slots.
+    """
     entry: dict[str, Any] = {"versions": [VERSION], "methods": list(METHODS)}
     if features:
         entry["features"] = list(features)
+    if writers is not None:
+        entry["writers"] = writers
     return entry
+
+
+def advertised_writers(capabilities: types.ServerCapabilities | None) -> int | None:
+    """The ``writers`` a participant advertises (a positive integer), else None."""
+    for entries in (capabilities.extensions, capabilities.experimental) if capabilities else ():
+        entry = (entries or {}).get(EXTENSION)
+        if isinstance(entry, Mapping):
+            value = entry.get("writers")
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+                return value
+    return None
 
 
 def advertises(capabilities: types.ServerCapabilities | None) -> bool:
@@ -294,7 +311,12 @@ class TransactionParticipant:
         lease_s: float | None = DEFAULT_LEASE_S,
         on_lapse: Callable[[str], Awaitable[object]] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        writers: int | None = None,
     ) -> None:
+        if writers is not None and writers < 1:
+            raise ValueError(f"writers must be a positive number or None, got {writers!r}")
+        self.writers = writers
+        """Transactions that can hold uncommitted writes at once (advertised; None: no limit)."""
         if lease_s is not None and not lease_s > 0:
             raise ValueError(f"lease_s must be a positive number of seconds or None, got {lease_s!r}")
         unknown = sorted(set(features) - set(FEATURES))
@@ -329,8 +351,9 @@ class TransactionParticipant:
         }
         for method, handler in handlers.items():
             server.add_request_handler(method, TxParams, handler)
-        server.extensions[EXTENSION] = settings(self.features)
-        server.middleware.append(functools.partial(_advertise_in_handshake, entry=settings(self.features)))
+        entry = settings(self.features, self.writers)
+        server.extensions[EXTENSION] = entry
+        server.middleware.append(functools.partial(_advertise_in_handshake, entry=entry))
         server.middleware.append(self._carry_ops)
         server.middleware.append(self._renew_after)
         if self.lease_s is not None:
