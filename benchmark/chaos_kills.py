@@ -30,8 +30,8 @@ Counted, per trial and in all (:class:`Counters`):
 Orphaned capture objects left in the upstream are counted as partial commits of the trial: on SQLite
 any ``sg_*`` trigger or ``_sg_changes`` table in the file (``guard/sql_backend.py`` keeps them in
 TEMP); on PostgreSQL a permanent ``_sg_changes`` table or an ``sg_*`` trigger that is not the gated
-one installed once per schema (``guard/pg_capture.py``). The upstream is a SQLite file or, with ``upstream="postgresql"``, a schema of the
-run's own in PostgreSQL (:mod:`benchmark.chaos_db`).
+one installed once per schema (``guard/pg_capture.py``). The upstream is a SQLite file or, with
+``upstream="postgresql"``, a schema of the run's own in PostgreSQL (:mod:`benchmark.chaos_db`).
 """
 
 from __future__ import annotations

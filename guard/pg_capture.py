@@ -49,7 +49,7 @@ def _ident(name: str) -> str:
 
 def missing(connection: sa.Connection, tables: Sequence[str]) -> tuple[str, list[str]]:
     """(the current schema, the tables without a current gated capture trigger): catalog reads only."""
-    schema = connection.exec_driver_sql("SELECT current_schema()").scalar_one()
+    schema: str | None = connection.exec_driver_sql("SELECT current_schema()").scalar_one()
     if schema is None:
         raise BackendError("no current schema: the connection's search_path names no existing schema")
     rows = connection.execute(
@@ -75,7 +75,9 @@ def _oid(connection: sa.Connection, table: str) -> int:
     return int(oid)
 
 
-def _install(connection: sa.Connection, schema: str, tables: Sequence[str], lock_timeout_s: float | None) -> None:
+def _install(
+    connection: sa.Connection, schema: str, tables: Sequence[str], lock_timeout_s: float | None
+) -> None:
     run = connection.exec_driver_sql
     if lock_timeout_s is not None:
         run(f"SET LOCAL lock_timeout = {round(lock_timeout_s * 1000)}")

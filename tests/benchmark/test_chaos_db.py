@@ -98,7 +98,9 @@ def test_a_session_whose_begin_waits_on_a_lock_gets_a_retryable_error_and_sessio
                     writer.commit()
                 for session in ("A", "B"):
                     wrote = await c.call_tool(
-                        "put_note", {"id": session.lower(), "body": "x", "status": "draft"}, meta=meta(session)
+                        "put_note",
+                        {"id": session.lower(), "body": "x", "status": "draft"},
+                        meta=meta(session),
                     )
                     assert not wrote.is_error, _text(wrote)
                 for session in ("A", "B"):

@@ -84,7 +84,7 @@ def test_concurrent_sessions_write_side_by_side_and_their_change_sets_stay_priva
         all_open.wait()
         written.wait()
         with engine.connect() as plain:
-            waiting = plain.execute(
+            waiting: int = plain.execute(
                 sa.text("SELECT count(*) FROM pg_locks WHERE NOT granted AND pid = ANY(:pids)"),
                 {"pids": pids},
             ).scalar_one()
@@ -112,7 +112,7 @@ def test_a_writer_outside_shadow_sessions_is_not_logged_and_needs_no_log(engine:
         # No TEMP log exists on this connection now: a logging trigger would fail the insert.
         conn.execute(notes.insert().values(id="direct", body="x"))
         conn.commit()
-        installed = conn.execute(
+        installed: int = conn.execute(
             sa.text(
                 "SELECT count(*) FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid "
                 "WHERE t.tgrelid = CAST(to_regclass('notes') AS oid) AND t.tgname = :t "

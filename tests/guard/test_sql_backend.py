@@ -369,7 +369,8 @@ def no_capture_left(conn: sa.Connection) -> bool:
         return leftovers == []
     leftovers = conn.exec_driver_sql(
         f"SELECT relname FROM pg_class WHERE relname = '{LOG}' AND relnamespace = pg_my_temp_schema() "
-        f"UNION ALL SELECT tablename FROM pg_tables WHERE tablename = '{LOG}' AND schemaname = current_schema()"
+        f"UNION ALL SELECT tablename FROM pg_tables WHERE tablename = '{LOG}' "
+        "AND schemaname = current_schema()"
     ).all()
     setting = conn.exec_driver_sql(f"SELECT current_setting('{CAPTURE_SETTING}', true)").scalar()
     return leftovers == [] and setting != "on"

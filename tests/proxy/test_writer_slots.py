@@ -28,7 +28,9 @@ def _verdict(result: Any) -> dict[str, Any]:
     return dict(result.structured_content or {})
 
 
-def test_a_sqlite_upstreams_writers_wait_in_the_proxy_and_never_collide_in_the_database(tmp_path: Path) -> None:
+def test_a_sqlite_upstreams_writers_wait_in_the_proxy_and_never_collide_in_the_database(
+    tmp_path: Path,
+) -> None:
     db = str(tmp_path / "notes.sqlite")
     chaos_db.prepare(db)
     notes = NotesHttp(tmp_path, db)
@@ -37,7 +39,9 @@ def test_a_sqlite_upstreams_writers_wait_in_the_proxy_and_never_collide_in_the_d
         url = notes.start()
         # No `writers` in the config: the slot comes from what the upstream advertises.
         upstream = {"name": "notes", "transport": "http", "url": url, "policy": str(NOTES_POLICY)}
-        proxy, proxy_url = start_proxy(write_config(tmp_path / "proxy.yaml", [upstream]), tmp_path / "proxy.log")
+        proxy, proxy_url = start_proxy(
+            write_config(tmp_path / "proxy.yaml", [upstream]), tmp_path / "proxy.log"
+        )
         outcomes: dict[str, dict[str, Any]] = {}
 
         async def main() -> None:
@@ -45,7 +49,9 @@ def test_a_sqlite_upstreams_writers_wait_in_the_proxy_and_never_collide_in_the_d
             http, c = client(proxy_url, seen)
             async with http, c:
                 # A holds an uncommitted write: SQLite's write lock is A's until it commits.
-                first = await c.call_tool("put_note", {"id": "a", "body": "x", "status": "draft"}, meta=meta("A"))
+                first = await c.call_tool(
+                    "put_note", {"id": "a", "body": "x", "status": "draft"}, meta=meta("A")
+                )
                 assert not first.is_error, text_of(first)
 
                 async def writer(name: str) -> None:
