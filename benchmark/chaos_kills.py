@@ -233,7 +233,8 @@ class _Proxy:
                     "command": sys.executable,
                     "args": [str(NOTES_SERVER), "--db", self.db, "--transactional"],
                     "policy": str(NOTES_POLICY),
-                    "writers": 1,
+                    # No `writers`: the fixture advertises one writer slot on SQLite, none on
+                    # PostgreSQL, where sessions write side by side (guard/pg_capture.py).
                 }
             ],
             "http": {"host": "127.0.0.1", "port": 0},
