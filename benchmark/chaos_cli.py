@@ -17,7 +17,8 @@ chaos_app = typer.Typer(
 )
 
 OutOpt = Annotated[
-    Path | None, typer.Option("--out", help="Keep the servers' logs and databases in this folder.")
+    Path | None,
+    typer.Option("--out", resolve_path=True, help="Keep the servers' logs and databases in this folder."),
 ]
 
 
@@ -32,7 +33,11 @@ def suite(
     ] = "sqlite",
     out: Annotated[
         Path | None,
-        typer.Option("--out", help="Keep the report (report.json, report.md), logs and databases here."),
+        typer.Option(
+            "--out",
+            resolve_path=True,
+            help="Keep the report (report.json, report.md), logs and databases here.",
+        ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of kill moments, jitter and generated input.")] = 0,
     pg_url: Annotated[
@@ -180,7 +185,10 @@ def kills(
     upstream: Upstream = "sqlite",
     seed: Seed = 0,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Keep the report (kills.jsonl), logs and databases here.")
+        Path | None,
+        typer.Option(
+            "--out", resolve_path=True, help="Keep the report (kills.jsonl), logs and databases here."
+        ),
     ] = None,
     kill_max_s: Annotated[
         float, typer.Option(min=0.0, help="The kill comes at a random moment up to this many seconds in.")

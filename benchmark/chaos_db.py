@@ -14,6 +14,8 @@ from urllib.parse import quote
 
 import sqlalchemy as sa
 
+from guard.pg_capture import VERSION_MARK
+
 WRITES_TABLE = "chaos_writes"
 _SQLITE_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS notes (id VARCHAR NOT NULL PRIMARY KEY, body VARCHAR NOT NULL, "
@@ -121,11 +123,14 @@ def read_state(db: str, prefix: str) -> tuple[set[str], dict[str, int], list[str
             str(r[0])
             for r in _query(
                 db,
+                # The gated capture triggers stay installed by design (guard/pg_capture.py); an
+                # ungated one, or a change log outside a session's TEMP schema, is left over.
                 "SELECT tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
-                "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :p AND tgname LIKE 'sg\\_%' "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_proc f ON f.oid = t.tgfoid "
+                "WHERE n.nspname = :p AND tgname LIKE 'sg\\_%' AND strpos(f.prosrc, :mark) = 0 "
                 "UNION ALL SELECT table_name FROM information_schema.tables "
                 "WHERE table_schema = :p AND table_name = '_sg_changes'",
-                {"p": _schema_of(db)},
+                {"p": _schema_of(db), "mark": VERSION_MARK},
             )
         ]
     else:

@@ -27,10 +27,11 @@ Counted, per trial and in all (:class:`Counters`):
 * **5xx**: HTTP answers of status 500 or more seen by a client;
 * **hangs**: a step (a call, the restart, a process exit) that did not end within its bound.
 
-Orphaned capture objects (``guard/sql_backend.py``: ``sg_*`` triggers, the ``_sg_changes`` table)
-left in the upstream are counted as partial commits of the trial: they would capture a later
-writer's changes. The upstream is a SQLite file or, with ``upstream="postgresql"``, a schema of the
-run's own in PostgreSQL (:mod:`benchmark.chaos_db`).
+Orphaned capture objects left in the upstream are counted as partial commits of the trial: on SQLite
+any ``sg_*`` trigger or ``_sg_changes`` table in the file (``guard/sql_backend.py`` keeps them in
+TEMP); on PostgreSQL a permanent ``_sg_changes`` table or an ``sg_*`` trigger that is not the gated
+one installed once per schema (``guard/pg_capture.py``). The upstream is a SQLite file or, with
+``upstream="postgresql"``, a schema of the run's own in PostgreSQL (:mod:`benchmark.chaos_db`).
 """
 
 from __future__ import annotations
@@ -234,7 +235,8 @@ class _Proxy:
                     "command": sys.executable,
                     "args": [str(NOTES_SERVER), "--db", self.db, "--transactional"],
                     "policy": str(NOTES_POLICY),
-                    "writers": 1,
+                    # No `writers`: the fixture advertises one writer slot on SQLite, none on
+                    # PostgreSQL, where sessions write side by side (guard/pg_capture.py).
                 }
             ],
             "http": {"host": "127.0.0.1", "port": 0},

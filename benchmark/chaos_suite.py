@@ -112,8 +112,8 @@ def run_suite(
         seed=seed,
         shadowguard=shadowguard,
         progress=lambda t: note(_kill_record(t, upstream)),
-        # PostgreSQL sessions take turns (each shadow transaction holds its capture triggers' table
-        # lock until it ends, docs/reliability.md): a round takes longer, so the kill comes later
+        # PostgreSQL: a round takes longer (a connection per session, writes over the network), so
+        # the kill comes later
         kill_window_s=plan.kill_window_s if upstream == "sqlite" else (2.0, 4 * plan.kill_window_s[1]),
         pg_url=pg_url,
     )

@@ -6,11 +6,12 @@ savepoint rollback therefore removes the changes it undid, and :meth:`changes` i
 wrote the rows (the tool's ORM, raw SQL, cascades).
 
 * SQLite: TEMP triggers and a TEMP log table, private to the connection.
-* PostgreSQL: one PL/pgSQL capture function and a trigger per table, created inside the session's
-  transaction; :meth:`commit` drops them before committing, :meth:`rollback` discards them. DDL takes
-  table locks until the transaction ends, so this suits per-session schemas (the benchmark) and
-  low-concurrency upstreams; a shared production database should install the triggers once instead
-  (see docs/transaction-extension.md).
+* PostgreSQL: one PL/pgSQL capture function and a trigger per table, installed once per schema and
+  table set (``guard/pg_capture.py``), in a short transaction of their own *before* the session's
+  transaction begins, and left in place. The trigger logs only in transactions that set
+  ``shadowguard.capture`` (``set_config(..., true)``, transaction-local), into a TEMP log table of
+  the session's own (``ON COMMIT DROP``). So sessions take no DDL locks, do not queue behind each
+  other, and a writer that is not a shadow session is not logged (issue 15).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from sqlglot import exp
 
 from guard.backend import BackendError
 from guard.models import ChangeSet, Op, RowChange
+from guard.pg_capture import CAPTURE_SETTING, ensure_capture_triggers
 from guard.sqltext import parse_select, transpile
 
 LOG = "_sg_changes"
@@ -101,6 +103,14 @@ def _sqlite_triggers(tables: tuple[sa.Table, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def concurrent_writers(dialect: str) -> int | None:
+    """How many transactions on one database can hold uncommitted writes at once, for a participant
+    to advertise (``TransactionParticipant(writers=...)``): SQLite has one write lock per database
+    file, and refuses it at once, whatever ``busy_timeout``, to a transaction that has already read;
+    None: no such limit (PostgreSQL locks rows)."""
+    return 1 if dialect == "sqlite" else None
+
+
 class SqlBackend:
     """Shadow transaction on one SQLAlchemy connection.
 
@@ -136,6 +146,7 @@ class SqlBackend:
         self._savepoints: dict[str, tuple[sa.NestedTransaction, int]] = {}
         self._names = itertools.count(1)
         self._begin_mark = 0
+        self._log = LOG if self.dialect == "sqlite" else f"pg_temp.{LOG}"
         self._float_columns = {
             name: {c.name for c in t.columns if isinstance(c.type, sa.Float | sa.Double)}
             for name, t in self.tables.items()
@@ -150,6 +161,10 @@ class SqlBackend:
         if self._session is not None:
             raise BackendError("session already begun")
         opened = None
+        if self.dialect == "postgresql":
+            # Before the session's transaction (in the caller's, if one is open): the triggers'
+            # DDL must not hold table locks for the session's life.
+            ensure_capture_triggers(self.connection, list(self.tables), self.lock_timeout_s)
         if not self.connection.in_transaction():
             opened = self._outer = self.connection.begin()
         try:
@@ -235,7 +250,7 @@ class SqlBackend:
     # -- changes --------------------------------------------------------------------------------
     def _mark(self) -> int:
         value: int | None = self.connection.execute(
-            sa.text(f"SELECT COALESCE(MAX(id), 0) FROM {LOG}")  # noqa: S608 - constant table name
+            sa.text(f"SELECT COALESCE(MAX(id), 0) FROM {self._log}")  # noqa: S608 - constant table name
         ).scalar_one()
         return int(value or 0)
 
@@ -248,7 +263,7 @@ class SqlBackend:
                 raise BackendError(f"unknown or closed savepoint {since!r}")
             mark = self._savepoints[since][1]
         rows = self.connection.execute(
-            sa.text(f"SELECT tbl, op, before, after FROM {LOG} WHERE id > :mark ORDER BY id"),  # noqa: S608
+            sa.text(f"SELECT tbl, op, before, after FROM {self._log} WHERE id > :mark ORDER BY id"),  # noqa: S608
             {"mark": mark},
         )
         out = []
@@ -312,11 +327,10 @@ class SqlBackend:
                 for op in ("insert", "update", "delete"):
                     self.connection.exec_driver_sql(f'DROP TRIGGER IF EXISTS "sg_{op}_{name}"')
             self.connection.exec_driver_sql(f"DROP TABLE IF EXISTS temp.{LOG}")
-        else:
-            if self.connection.in_transaction() and self.connection.get_transaction() is not None:
-                for name in self.tables:
-                    self.connection.exec_driver_sql(f'DROP TRIGGER IF EXISTS "sg_capture" ON "{name}"')
-                self.connection.exec_driver_sql(f"DROP TABLE IF EXISTS {LOG}")
+        elif self.connection.in_transaction() and self.connection.get_transaction() is not None:
+            # Still inside the caller's transaction: stop logging, and drop the session's log.
+            self.connection.exec_driver_sql(f"SELECT set_config('{CAPTURE_SETTING}', 'off', true)")
+            self.connection.exec_driver_sql(f"DROP TABLE IF EXISTS pg_temp.{LOG}")
 
     def _install_sqlite(self) -> None:
         run = self.connection.exec_driver_sql
@@ -335,22 +349,12 @@ class SqlBackend:
             run(statement)
 
     def _install_postgresql(self) -> None:
+        """The session's own change log (a TEMP table, gone when the transaction ends), and the
+        transaction-local setting that makes the installed triggers log into it."""
         run = self.connection.exec_driver_sql
         run(
-            f"CREATE TABLE IF NOT EXISTS {LOG} "
-            "(id BIGSERIAL PRIMARY KEY, tbl TEXT NOT NULL, op TEXT NOT NULL, before JSON, after JSON)"
+            f"CREATE TEMP TABLE IF NOT EXISTS {LOG} "
+            "(id BIGSERIAL PRIMARY KEY, tbl TEXT NOT NULL, op TEXT NOT NULL, before JSON, after JSON) "
+            "ON COMMIT DROP"
         )
-        # row_to_json, not to_jsonb: jsonb re-renders numbers inside json columns (3.6e16 becomes an
-        # integer), while row_to_json keeps json values verbatim and renders float8 exactly.
-        run(
-            "CREATE OR REPLACE FUNCTION sg_capture() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "  # noqa: S608
-            f"INSERT INTO {LOG} (tbl, op, before, after) VALUES (TG_TABLE_NAME, lower(TG_OP), "
-            "CASE WHEN TG_OP = 'INSERT' THEN NULL ELSE row_to_json(OLD) END, "
-            "CASE WHEN TG_OP = 'DELETE' THEN NULL ELSE row_to_json(NEW) END); "
-            "RETURN NULL; END $$"
-        )
-        for name in self.tables:
-            run(
-                f'CREATE TRIGGER "sg_capture" AFTER INSERT OR UPDATE OR DELETE ON "{name}" '
-                "FOR EACH ROW EXECUTE FUNCTION sg_capture()"
-            )
+        run(f"SELECT set_config('{CAPTURE_SETTING}', 'on', true)")

@@ -36,7 +36,7 @@ from guard.backend import BackendError
 from guard.effects import ToolInfo, detected_sql_argument
 from guard.policy import EMPTY, PolicyError, PolicyPack, load_policy
 from guard.session import RESERVED_PREFIX
-from guard.txext.protocol import advertises
+from guard.txext.protocol import advertised_writers, advertises
 from proxy.upstream_http import upstream_http_client
 
 logger = logging.getLogger(__name__)
@@ -399,6 +399,16 @@ class Upstream:
     def name(self) -> str:
         return self.spec.name
 
+    def _adopt_writers(self, capabilities: types.ServerCapabilities | None) -> None:
+        """Writer slots a transactional upstream advertises (a SQLite participant: 1), unless the
+        config sets ``writers``: sessions then queue in the proxy for the database's one writer instead
+        of colliding in it, where SQLite refuses a transaction that has read the write lock at once,
+        whatever its busy timeout (issue 15)."""
+        advertised = advertised_writers(capabilities) if self.transactional else None
+        if self.writers is None and advertised is not None:
+            self.writers = anyio.Semaphore(advertised)
+            logger.info("upstream %r: %d writer slot(s), as it advertises", self.name, advertised)
+
     @property
     def prefix(self) -> str:
         return self.spec.prefix or ""
@@ -481,6 +491,7 @@ class Upstream:
                 "(or false) to drive it through the journal"
             )
         self.transactional = speaks if forced is None else forced
+        self._adopt_writers(conn.capabilities)
         if self.transactional:
             self._spare = conn
         else:

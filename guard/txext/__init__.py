@@ -61,6 +61,7 @@ from guard.txext.protocol import (
     TxQueryResult,
     TxRequest,
     TxSavepointResult,
+    advertised_writers,
     advertises,
     settings,
 )
@@ -104,6 +105,7 @@ __all__ = [
     "TxQueryResult",
     "TxRequest",
     "TxSavepointResult",
+    "advertised_writers",
     "advertises",
     "serialized",
     "settings",

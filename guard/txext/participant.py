@@ -119,7 +119,12 @@ class TransactionParticipant:
         lease_s: float | None = DEFAULT_LEASE_S,
         on_lapse: Callable[[str], Awaitable[object]] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        writers: int | None = None,
     ) -> None:
+        if writers is not None and writers < 1:
+            raise ValueError(f"writers must be a positive number or None, got {writers!r}")
+        self.writers = writers
+        """Transactions that can hold uncommitted writes at once (advertised; None: no limit)."""
         if lease_s is not None and not lease_s > 0:
             raise ValueError(f"lease_s must be a positive number of seconds or None, got {lease_s!r}")
         unknown = sorted(set(features) - set(FEATURES))
@@ -152,8 +157,9 @@ class TransactionParticipant:
         }
         for method, handler in handlers.items():
             server.add_request_handler(method, TxParams, handler)
-        server.extensions[EXTENSION] = settings(self.features)
-        server.middleware.append(functools.partial(_advertise_in_handshake, entry=settings(self.features)))
+        entry = settings(self.features, self.writers)
+        server.extensions[EXTENSION] = entry
+        server.middleware.append(functools.partial(_advertise_in_handshake, entry=entry))
         server.middleware.append(self._carry_ops)
         server.middleware.append(self._renew_after)
         if self.lease_s is not None:

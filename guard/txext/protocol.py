@@ -101,12 +101,29 @@ class TxQueryResult(types.Result):
     rows: list[dict[str, Any]]
 
 
-def settings(features: Collection[str] = FEATURES) -> dict[str, Any]:
-    """What a participant advertises at ``capabilities.extensions["shadowguard/tx"]``."""
+def settings(features: Collection[str] = FEATURES, writers: int | None = None) -> dict[str, Any]:
+    """What a participant advertises at ``capabilities.extensions["shadowguard/tx"]``.
+
+    ``writers``: how many transactions can hold uncommitted writes at once (a SQLite database: 1);
+    absent: no such limit. The proxy then queues sessions for that many writer slots.
+    """
     entry: dict[str, Any] = {"versions": [VERSION], "methods": list(METHODS)}
     if features:
         entry["features"] = list(features)
+    if writers is not None:
+        entry["writers"] = writers
     return entry
+
+
+def advertised_writers(capabilities: types.ServerCapabilities | None) -> int | None:
+    """The ``writers`` a participant advertises (a positive integer), else None."""
+    for entries in (capabilities.extensions, capabilities.experimental) if capabilities else ():
+        entry = (entries or {}).get(EXTENSION)
+        if isinstance(entry, Mapping):
+            value = entry.get("writers")
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+                return value
+    return None
 
 
 def advertises(capabilities: types.ServerCapabilities | None) -> bool:

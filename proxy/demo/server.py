@@ -42,7 +42,7 @@ from mcp.server.stdio import stdio_server
 from sqlalchemy.pool import NullPool
 
 from guard.backend import Backend
-from guard.sql_backend import SqlBackend
+from guard.sql_backend import SqlBackend, concurrent_writers
 from guard.txext.participant import TransactionParticipant
 
 SESSION_META_KEY = "shadowguard/session"
@@ -353,7 +353,11 @@ class AccountsServer:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
         )
-        self.transactions = TransactionParticipant(session_key=self.session_key, access=self._access)
+        self.transactions = TransactionParticipant(
+            session_key=self.session_key,
+            access=self._access,
+            writers=concurrent_writers(engine.dialect.name),
+        )
         self.transactions.install(self.server)
 
     @staticmethod

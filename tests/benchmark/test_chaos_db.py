@@ -1,7 +1,9 @@
 """What the PostgreSQL kill trials of ``bench chaos`` found: a shadow transaction whose ``begin`` failed
-on a lock (another session's capture trigger being installed on the same table) left its connection in
-an aborted transaction, so every later ``begin`` of that session failed with "current transaction is
-aborted" and the session could never write again."""
+on a lock left its connection in an aborted transaction, so every later ``begin`` of that session
+failed with "current transaction is aborted" and the session could never write again. Since the
+capture triggers are installed once, outside sessions (guard/pg_capture.py), ``begin`` waits on a lock
+only while that one-time install waits for a transaction writing the table; sessions no longer wait
+on each other."""
 
 from __future__ import annotations
 
@@ -41,19 +43,18 @@ def test_a_begin_that_failed_on_a_lock_leaves_the_connection_usable(pg_schema: s
     notes = sa.Table(
         "notes", sa.MetaData(), sa.Column("id", sa.Text, primary_key=True), sa.Column("body", sa.Text)
     )
-    with pg_schema.connect() as first_conn, pg_schema.connect() as second_conn:
-        first = SqlBackend(first_conn, [notes])
-        second = SqlBackend(second_conn, [notes], lock_timeout_s=0.1)
-        first.begin()  # holds the table lock its capture trigger took, until it ends
+    with pg_schema.connect() as writer, pg_schema.connect() as session_conn:
+        writer.exec_driver_sql("INSERT INTO notes VALUES ('w', 'x')")  # open: holds the table's writer lock
+        session = SqlBackend(session_conn, [notes], lock_timeout_s=0.1)
         with pytest.raises(sa.exc.OperationalError, match="lock timeout"):
-            second.begin()
-        first.rollback()
-        second.begin()
-        second_conn.execute(notes.insert().values(id="a", body="x"))
-        second.commit()
-        second_conn.commit()
+            session.begin()  # installing the capture trigger waits for the writer
+        assert not session_conn.in_transaction() or session_conn.get_transaction() is None
+        writer.commit()
+        session.begin()
+        session_conn.execute(notes.insert().values(id="a", body="x"))
+        session.commit()
     with pg_schema.connect() as conn:
-        assert conn.execute(sa.text("SELECT id FROM notes")).scalars().all() == ["a"]
+        assert sorted(conn.execute(sa.text("SELECT id FROM notes")).scalars().all()) == ["a", "w"]
 
 
 def _text(result: Any) -> str:
@@ -61,16 +62,19 @@ def _text(result: Any) -> str:
 
 
 @pytest.mark.postgres
-def test_a_session_whose_begin_waits_on_another_sessions_lock_gets_a_retryable_error(tmp_path: Path) -> None:
-    """Through the proxy, on a PostgreSQL upstream shared by two sessions: while session A holds an open
-    shadow transaction, session B's first call cannot begin its own (A's capture DDL holds the table
-    lock). B must get a retryable lock-contention error, its session not poisoned; once A commits, B's
-    same call and commit go through."""
+def test_a_session_whose_begin_waits_on_a_lock_gets_a_retryable_error_and_sessions_then_run_side_by_side(
+    tmp_path: Path,
+) -> None:
+    """Through the proxy, on a PostgreSQL upstream: while a plain transaction that wrote the table is
+    open, the first session's call cannot install the capture trigger. It must get a retryable
+    lock-contention error, its session not poisoned. Once the writer commits, two sessions hold
+    uncommitted writes at the same time (before, the second waited for the first to end) and commit."""
     require_postgres()
     db, _ = chaos_db.pg_run_url(PG_URL)
     chaos_db.prepare(db)
     notes = NotesHttp(tmp_path, db)
     proxy = None
+    direct = sa.create_engine(sa.make_url(db).set(drivername="postgresql+psycopg"), poolclass=sa.NullPool)
     try:
         url = notes.start()
         upstream = {"name": "notes", "transport": "http", "url": url, "policy": str(NOTES_POLICY)}
@@ -82,31 +86,32 @@ def test_a_session_whose_begin_waits_on_another_sessions_lock_gets_a_retryable_e
             seen: list[int] = []
             http, c = client(proxy_url, seen)
             async with http, c:
-                first = await c.call_tool(
-                    "put_note", {"id": "a", "body": "x", "status": "draft"}, meta=meta("A")
-                )
-                assert not first.is_error, _text(first)
-                blocked = await c.call_tool(
-                    "put_note", {"id": "b", "body": "x", "status": "draft"}, meta=meta("B")
-                )
-                assert blocked.is_error
-                verdict = blocked.structured_content or {}
-                assert verdict.get("error_class") == "transient", _text(blocked)
-                assert verdict["hint"]["retryable"] is True
-                assert (await c.call_tool("commit", {}, meta=meta("A"))).structured_content[
-                    "committed"
-                ] is True
-                again = await c.call_tool(
-                    "put_note", {"id": "b", "body": "x", "status": "draft"}, meta=meta("B")
-                )
-                assert not again.is_error, _text(again)
-                done = await c.call_tool("commit", {}, meta=meta("B"))
-                assert (done.structured_content or {}).get("committed") is True, _text(done)
+                with direct.connect() as writer:
+                    writer.exec_driver_sql("INSERT INTO notes VALUES ('direct', 'x', 'draft')")
+                    blocked = await c.call_tool(
+                        "put_note", {"id": "a", "body": "x", "status": "draft"}, meta=meta("A")
+                    )
+                    assert blocked.is_error
+                    verdict = blocked.structured_content or {}
+                    assert verdict.get("error_class") == "transient", _text(blocked)
+                    assert verdict["hint"]["retryable"] is True
+                    writer.commit()
+                for session in ("A", "B"):
+                    wrote = await c.call_tool(
+                        "put_note",
+                        {"id": session.lower(), "body": "x", "status": "draft"},
+                        meta=meta(session),
+                    )
+                    assert not wrote.is_error, _text(wrote)
+                for session in ("A", "B"):
+                    done = await c.call_tool("commit", {}, meta=meta(session))
+                    assert (done.structured_content or {}).get("committed") is True, _text(done)
             assert seen == []
 
         anyio.run(main)
-        assert set(notes_rows(db, "")) == {"a", "b"}
+        assert set(notes_rows(db, "")) == {"a", "b", "direct"}
     finally:
+        direct.dispose()
         if proxy is not None:
             proxy.stop()
         notes.stop()

@@ -23,6 +23,7 @@ from sqlalchemy.pool import NullPool, StaticPool
 
 from guard.backend import Backend, BackendError
 from guard.models import ChangeSet, Op, RowChange
+from guard.pg_capture import CAPTURE_SETTING
 from guard.sql_backend import LOG, SqlBackend
 from guard.sqltext import SqlTextError
 from tests.support.services import pg_engine_url, require_postgres
@@ -357,18 +358,22 @@ def test_random_programs_match_the_model(connect: Any, data: st.DataObject) -> N
 
 
 def no_capture_left(conn: sa.Connection) -> bool:
-    """Commit and rollback remove the change log and the triggers."""
+    """Commit and rollback remove the change log, and the connection logs nothing any more.
+
+    On PostgreSQL the gated triggers stay installed (guard/pg_capture.py); the session's TEMP log is
+    gone and the capture setting is off."""
     if conn.dialect.name == "sqlite":
         leftovers = conn.exec_driver_sql(
             "SELECT name FROM sqlite_temp_master WHERE name != 'sqlite_sequence'"
         ).all()
-    else:
-        leftovers = conn.exec_driver_sql(
-            "SELECT tgname FROM pg_trigger WHERE tgname = 'sg_capture' "
-            f"UNION ALL SELECT tablename FROM pg_tables WHERE tablename = '{LOG}' "
-            "AND schemaname = current_schema()"
-        ).all()
-    return leftovers == []
+        return leftovers == []
+    leftovers = conn.exec_driver_sql(
+        f"SELECT relname FROM pg_class WHERE relname = '{LOG}' AND relnamespace = pg_my_temp_schema() "
+        f"UNION ALL SELECT tablename FROM pg_tables WHERE tablename = '{LOG}' "
+        "AND schemaname = current_schema()"
+    ).all()
+    setting = conn.exec_driver_sql(f"SELECT current_setting('{CAPTURE_SETTING}', true)").scalar()
+    return leftovers == [] and setting != "on"
 
 
 # -- examples ---------------------------------------------------------------------------------------
