@@ -19,6 +19,9 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.subscriptions import ToolsListChanged
 
+from tests.support.processes import SHADOWGUARD
+from tests.support.proxy import write_config
+
 pytestmark = pytest.mark.anyio
 ERAS = ["legacy", "2026-07-28"]
 ASKING_SERVER = Path(__file__).resolve().parents[1] / "fixtures" / "asking_server.py"
@@ -30,19 +33,17 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="module")
-def proxy(module_tmp: Path, harness: Any) -> StdioServerParameters:
+def proxy(module_tmp: Path) -> StdioServerParameters:
     upstream = {
         "name": "asking",
         "transport": "stdio",
         "command": sys.executable,
         "args": [str(ASKING_SERVER)],
     }
-    config = harness.write_config(
+    config = write_config(
         module_tmp / "asking.yaml", [upstream], audit={"path": str(module_tmp / "audit.jsonl")}
     )
-    return StdioServerParameters(
-        command=harness.shadowguard, args=["serve", "--config", str(config), "--stdio"]
-    )
+    return StdioServerParameters(command=SHADOWGUARD, args=["serve", "--config", str(config), "--stdio"])
 
 
 def text(result: types.CallToolResult) -> str:

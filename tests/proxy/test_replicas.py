@@ -27,6 +27,9 @@ import pytest
 import redis
 from mcp import Client, MCPError
 
+from tests.support.processes import kill, shadowguard_serve
+from tests.support.proxy import notes_rows, notes_upstream, write_config
+
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # minutes on a loaded machine: `make slow-check`
 REDIS_URL = os.environ.get("SHADOWGUARD_TEST_REDIS", "redis://127.0.0.1:6379/0")
 SESSIONS = 100
@@ -46,7 +49,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def replicas(tmp_path: Path, harness: Any) -> Iterator[dict[str, Any]]:
+def replicas(tmp_path: Path) -> Iterator[dict[str, Any]]:
     """Replicas a and b (started one after the other: the first creates the shared database)."""
     try:
         with redis.Redis.from_url(REDIS_URL) as probe:
@@ -58,8 +61,8 @@ def replicas(tmp_path: Path, harness: Any) -> Iterator[dict[str, Any]]:
     try:
         for name in ("a", "b"):
             port = _free_port()
-            upstream = harness.notes_upstream(db, f"replicas-{uuid.uuid4().hex}", writers=1, writer_wait_s=60)
-            config = harness.write_config(
+            upstream = notes_upstream(db, f"replicas-{uuid.uuid4().hex}", writers=1, writer_wait_s=60)
+            config = write_config(
                 tmp_path / f"{name}.yaml",
                 [upstream],
                 http={"host": "127.0.0.1", "port": port},
@@ -67,7 +70,7 @@ def replicas(tmp_path: Path, harness: Any) -> Iterator[dict[str, Any]]:
                 approvals={"store": f"sqlite:///{tmp_path / name}-approvals.db"},
                 replicas={"redis": REDIS_URL, "url": f"http://127.0.0.1:{port}", "heartbeat_s": HEARTBEAT_S},
             )
-            started[name] = harness.shadowguard_serve(config).ready()
+            started[name] = shadowguard_serve(config).ready()
         yield started
     finally:
         for name in ("a", "b"):
@@ -128,9 +131,7 @@ async def _session(rr: RoundRobin, i: int, commit: bool, committing: set[str] | 
     return session
 
 
-async def test_hundred_sessions_across_two_replicas_all_or_nothing(
-    replicas: dict[str, Any], harness: Any
-) -> None:
+async def test_hundred_sessions_across_two_replicas_all_or_nothing(replicas: dict[str, Any]) -> None:
     done: dict[int, str] = {}
     committing: set[str] = set()
 
@@ -147,7 +148,7 @@ async def test_hundred_sessions_across_two_replicas_all_or_nothing(
         async with anyio.create_task_group() as tg:
             for w in range(4):
                 tg.start_soon(worker, list(range(w, SESSIONS, 4)))
-    rows = harness.notes_rows(replicas["db"])
+    rows = notes_rows(replicas["db"])
     for i, session in sorted(done.items()):
         present = [f"{session}-{p}" in rows for p in ("a", "b")]
         assert present == [i % 4 != 3] * 2, f"session {i}: {present}"
@@ -156,9 +157,7 @@ async def test_hundred_sessions_across_two_replicas_all_or_nothing(
     assert len(owned) == 2, f"sessions owned by {owned}: both replicas should own some"
 
 
-async def test_a_killed_replica_loses_its_sessions_the_other_keeps_serving(
-    replicas: dict[str, Any], harness: Any
-) -> None:
+async def test_a_killed_replica_loses_its_sessions_the_other_keeps_serving(replicas: dict[str, Any]) -> None:
     """One session on replica a is mid-run (two uncommitted writes, one of them sent through b) when a
     is killed; one session on b has only read so far. Both upstreams write one SQLite file, so a's open
     transaction holds the file's write lock until a's upstream dies with it."""
@@ -174,7 +173,7 @@ async def test_a_killed_replica_loses_its_sessions_the_other_keeps_serving(
         await RoundRobin([ca]).call(doomed, "put_note", {"id": f"{doomed}-a", "body": "x"})  # a owns it
         await RoundRobin([cb]).call(doomed, "put_note", {"id": f"{doomed}-b", "body": "x"})  # forwarded
 
-        harness.kill(a.proc.pid)
+        kill(a.proc.pid)
         a.proc.wait()
 
         # b's session goes on and commits
@@ -201,7 +200,7 @@ async def test_a_killed_replica_loses_its_sessions_the_other_keeps_serving(
             await cb.call_tool("get_note", {"id": f"{doomed}-a"}, meta=meta)
         fresh = await _session(RoundRobin([cb]), 2, commit=True)  # a new session on b works
 
-    rows = harness.notes_rows(replicas["db"])
+    rows = notes_rows(replicas["db"])
     assert f"{doomed}-a" not in rows and f"{doomed}-b" not in rows
     for session in (committed_on_a, survivor, fresh):
         assert f"{session}-a" in rows and f"{session}-b" in rows, session

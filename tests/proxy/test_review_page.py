@@ -32,6 +32,7 @@ from proxy.approvals.auth import REVIEW_COOKIE, hash_token
 from proxy.approvals.diff import change_diffs
 from proxy.approvals.review import csrf_token
 from proxy.config import AgentConfig, AuthConfig, ReviewerConfig
+from tests.support.proxy import approvals_app
 from tests.support.services import CHROMIUM, require_chromium
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +65,7 @@ class Site:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory, harness: Any) -> Iterator[Site]:
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     auth = AuthConfig(
         agents=[AgentConfig(name="agent-7", token_sha256=hash_token(AGENT))],
         reviewers=[
@@ -73,7 +74,7 @@ def site(tmp_path_factory: pytest.TempPathFactory, harness: Any) -> Iterator[Sit
             ReviewerConfig(name="vera", role="viewer", token_sha256=hash_token(VIEWER)),
         ],
     )
-    with harness.approvals_app(tmp_path_factory.mktemp("review"), auth) as app:
+    with approvals_app(tmp_path_factory.mktemp("review"), auth) as app:
         yield Site(app.base, app.store, app.audit_path)
 
 

@@ -28,6 +28,9 @@ import pytest
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.subscriptions import ResourceUpdated
 
+from tests.support.processes import SHADOWGUARD, shadowguard_serve
+from tests.support.proxy import write_config
+
 pytestmark = pytest.mark.anyio
 ERAS = ["legacy", "2026-07-28"]
 PROXY_TOOLS = {"commit", "rollback"}
@@ -43,14 +46,14 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="module")
-def config(module_tmp: Path, harness: Any, everything_server: Path) -> Path:
+def config(module_tmp: Path, everything_server: Path) -> Path:
     upstream = {
         "name": "everything",
         "transport": "stdio",
         "command": str(everything_server),
         "args": ["stdio"],
     }
-    return harness.write_config(
+    return write_config(
         module_tmp / "everything.yaml",
         [upstream],
         http={"host": "127.0.0.1", "port": 0},
@@ -60,8 +63,8 @@ def config(module_tmp: Path, harness: Any, everything_server: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def proxy_url(config: Path, harness: Any) -> Any:
-    process = harness.shadowguard_serve(config).ready()
+def proxy_url(config: Path) -> Any:
+    process = shadowguard_serve(config).ready()
     yield process.url
     assert process.stop() == 0, process.log.read_text()
 
@@ -93,16 +96,16 @@ def everything_over_http(module_tmp: Path, everything_server: Path) -> Any:
 
 
 @pytest.fixture(scope="module")
-def http_upstream_proxy_url(module_tmp: Path, harness: Any, everything_over_http: str) -> Any:
+def http_upstream_proxy_url(module_tmp: Path, everything_over_http: str) -> Any:
     """The proxy in front of server-everything as a streamable-HTTP upstream."""
-    config = harness.write_config(
+    config = write_config(
         module_tmp / "everything-http.yaml",
         [{"name": "everything", "transport": "http", "url": everything_over_http}],
         http={"host": "127.0.0.1", "port": 0},
         audit={"path": str(module_tmp / "audit-http.jsonl")},
         approvals={"wait_s": 0},
     )
-    process = harness.shadowguard_serve(config).ready()
+    process = shadowguard_serve(config).ready()
     yield process.url
     assert process.stop() == 0, process.log.read_text()
 
@@ -168,10 +171,8 @@ def direct(everything_server: Path) -> StdioServerParameters:
     return StdioServerParameters(command=str(everything_server), args=["stdio"])
 
 
-def stdio_proxy(harness: Any, config: Path) -> StdioServerParameters:
-    return StdioServerParameters(
-        command=harness.shadowguard, args=["serve", "--config", str(config), "--stdio"]
-    )
+def stdio_proxy(config: Path) -> StdioServerParameters:
+    return StdioServerParameters(command=SHADOWGUARD, args=["serve", "--config", str(config), "--stdio"])
 
 
 def text(result: types.CallToolResult) -> str:
@@ -289,11 +290,9 @@ async def test_progress_reaches_the_agent(any_upstream_proxy_url: str, mode: str
     assert progress == [(1.0, 4.0), (2.0, 4.0), (3.0, 4.0), (4.0, 4.0)]
 
 
-async def test_log_messages_and_resource_updates_reach_a_handshake_era_agent(
-    harness: Any, config: Path
-) -> None:
+async def test_log_messages_and_resource_updates_reach_a_handshake_era_agent(config: Path) -> None:
     seen = Seen()
-    async with client(stdio_proxy(harness, config), "legacy", seen) as agent:
+    async with client(stdio_proxy(config), "legacy", seen) as agent:
         await agent.session.send_request(
             types.SetLevelRequest(params=types.SetLevelRequestParams(level="debug")), types.EmptyResult
         )
@@ -361,12 +360,12 @@ CLIENT_REQUESTS = [
     ],
 )
 async def test_sampling_elicitation_and_roots_round_trip_to_the_agent(
-    harness: Any, config: Path, proxy_url: str, transport: str, mode: str, request: pytest.FixtureRequest
+    config: Path, proxy_url: str, transport: str, mode: str, request: pytest.FixtureRequest
 ) -> None:
     """Handshake era: the upstream's requests go to the agent as requests; 2026-07-28: as input rounds.
     ``http-upstream``: the HTTP proxy in front of server-everything serving streamable HTTP."""
     seen = Seen()
-    target: Any = proxy_url if transport == "http" else stdio_proxy(harness, config)
+    target: Any = proxy_url if transport == "http" else stdio_proxy(config)
     if transport == "http-upstream":
         target = request.getfixturevalue("http_upstream_proxy_url")
     meta = {"shadowguard/session": f"requests-{transport}"} if mode != "legacy" else None
@@ -380,10 +379,10 @@ async def test_sampling_elicitation_and_roots_round_trip_to_the_agent(
     assert {"elicitation", "sampling"} <= set(seen.asked) <= {"elicitation", "roots", "sampling"}
 
 
-async def test_the_stdio_agent_answers_requests_made_outside_its_calls(harness: Any, config: Path) -> None:
+async def test_the_stdio_agent_answers_requests_made_outside_its_calls(config: Path) -> None:
     """The upstream asks for roots when told they changed: a stdio proxy's one agent is asked."""
     seen = Seen()
-    async with client(stdio_proxy(harness, config), "legacy", seen) as agent:
+    async with client(stdio_proxy(config), "legacy", seen) as agent:
         await agent.session.send_request(
             types.SetLevelRequest(params=types.SetLevelRequestParams(level="info")), types.EmptyResult
         )
@@ -482,15 +481,13 @@ def ts_agent(folder: Path, sdk: Path) -> Path:
 
 @pytest.mark.parametrize("transport", ["http", "stdio"])
 def test_the_typescript_sdk_lists_and_calls_tools(
-    module_tmp: Path, ts_sdk: Path, harness: Any, config: Path, proxy_url: str, transport: str
+    module_tmp: Path, ts_sdk: Path, config: Path, proxy_url: str, transport: str
 ) -> None:
     node = shutil.which("node")
     assert node is not None
     script = ts_agent(module_tmp, ts_sdk)
     target = (
-        [proxy_url]
-        if transport == "http"
-        else [harness.shadowguard, "serve", "--config", str(config), "--stdio"]
+        [proxy_url] if transport == "http" else [SHADOWGUARD, "serve", "--config", str(config), "--stdio"]
     )
     done = subprocess.run(
         [node, str(script), transport, *target], capture_output=True, text=True, timeout=120, check=False
@@ -505,7 +502,7 @@ def test_the_typescript_sdk_lists_and_calls_tools(
 
 
 def test_two_upstreams_serving_one_resource_uri_stop_the_proxy(
-    module_tmp: Path, harness: Any, everything_server: Path
+    module_tmp: Path, everything_server: Path
 ) -> None:
     upstreams = [
         {
@@ -517,9 +514,9 @@ def test_two_upstreams_serving_one_resource_uri_stop_the_proxy(
         }
         for name, prefix in (("one", "one_"), ("two", "two_"))
     ]
-    config = harness.write_config(module_tmp / "clash.yaml", upstreams, http={"host": "127.0.0.1", "port": 0})
+    config = write_config(module_tmp / "clash.yaml", upstreams, http={"host": "127.0.0.1", "port": 0})
     done = subprocess.run(
-        [harness.shadowguard, "serve", "--config", str(config)],
+        [SHADOWGUARD, "serve", "--config", str(config)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -16,6 +16,9 @@ import mcp.types as types
 import pytest
 from mcp import Client, StdioServerParameters
 
+from tests.support.processes import SHADOWGUARD, shadowguard_serve
+from tests.support.proxy import write_config
+
 pytestmark = pytest.mark.anyio
 ERAS = ["legacy", "2026-07-28"]
 
@@ -45,14 +48,14 @@ def repo(module_tmp: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def config(module_tmp: Path, harness: Any, git_server: Path, repo: Path) -> Path:
+def config(module_tmp: Path, git_server: Path, repo: Path) -> Path:
     upstream = {
         "name": "git",
         "transport": "stdio",
         "command": str(git_server),
         "args": ["--repository", str(repo)],
     }
-    return harness.write_config(
+    return write_config(
         module_tmp / "git.yaml",
         [upstream],
         http={"host": "127.0.0.1", "port": 0},
@@ -62,8 +65,8 @@ def config(module_tmp: Path, harness: Any, git_server: Path, repo: Path) -> Path
 
 
 @pytest.fixture(scope="module")
-def proxy_url(config: Path, harness: Any) -> Any:
-    process = harness.shadowguard_serve(config).ready()
+def proxy_url(config: Path) -> Any:
+    process = shadowguard_serve(config).ready()
     yield process.url
     assert process.stop() == 0, process.log.read_text()
 
@@ -90,14 +93,14 @@ async def test_tools_are_listed_as_the_server_lists_them(
     ("transport", "mode"), [("http", "legacy"), ("http", "2026-07-28"), ("stdio", "legacy")]
 )
 async def test_a_read_and_writes_reach_the_repository(
-    harness: Any, config: Path, repo: Path, proxy_url: str, transport: str, mode: str
+    config: Path, repo: Path, proxy_url: str, transport: str, mode: str
 ) -> None:
     name = f"{transport}-{mode}.txt"
     (repo / name).write_text(f"written for {transport} {mode}\n")
     target: Any = proxy_url
     if transport == "stdio":
         target = StdioServerParameters(
-            command=harness.shadowguard, args=["serve", "--config", str(config), "--stdio"]
+            command=SHADOWGUARD, args=["serve", "--config", str(config), "--stdio"]
         )
     meta = {"shadowguard/session": f"git-{transport}-{mode}"} if mode != "legacy" else None
     path = {"repo_path": str(repo)}
