@@ -33,7 +33,7 @@ def retail_tasks(bench: BenchData) -> list[Task]:
 
 
 @pytest.fixture(scope="session", params=["sqlite", "postgresql"])
-def database(request: pytest.FixtureRequest) -> Database:
+def database(request: pytest.FixtureRequest) -> Iterator[Database]:
     """Both storage backends; the PostgreSQL one is skipped (failed in strict mode) when the server
     is unreachable (tests.support.services)."""
     if request.param == "postgresql":
@@ -46,7 +46,7 @@ def database(request: pytest.FixtureRequest) -> Database:
 
 
 @pytest.fixture(scope="session")
-def sqlite_db() -> Database:
+def sqlite_db() -> Iterator[Database]:
     db = Database()
     yield db
     db.dispose()

@@ -81,8 +81,6 @@ def http_proxy(proxy_tmp: Path, upstreams: Upstreams) -> Iterator[Process]:
     """``shadowguard serve`` over HTTP with three upstreams, all over HTTP: the notes fixture
     (transactional, its policy pack), the notes fixture without transactions (journaled, prefix
     ``j_``) and the retail domain (transactional, its policy pack)."""
-    assert upstreams.notes.url is not None and upstreams.journal.url is not None
-    assert upstreams.retail.url is not None
     config = write_config(
         proxy_tmp / "proxy.yaml",
         [

@@ -120,6 +120,7 @@ async def test_a_proxy_killed_between_two_upstream_commits_reports_each_upstream
     try:
         async with agent_on(process.url, MODERN) as agent:
             session = agent.session
+            assert session is not None
             await agent.ok("a_put_note", {"id": note, "body": "on a", "status": "draft"})
             await agent.ok("b_put_note", {"id": note, "body": "on b", "status": "draft"})
         await commit_while_dying(process.url, session)
@@ -145,7 +146,8 @@ async def test_a_proxy_killed_between_two_upstream_commits_reports_each_upstream
             assert violation["rule_id"] == "commit_interrupted", message
             assert "changes_lost" not in message and "nothing was committed" not in message
             assert (
-                "Outcome unknown on: " + repr(next(k for k, v in expected.items() if v == "unknown")) in message
+                "Outcome unknown on: " + repr(next(k for k, v in expected.items() if v == "unknown"))
+                in message
             )
             if "applied" in expected.values():
                 assert "Applied (committed) on: 'a'" in message

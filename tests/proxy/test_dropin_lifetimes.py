@@ -29,7 +29,7 @@ from proxy.demo.__main__ import main as demo_main
 from proxy.registry import SessionRegistry
 from proxy.server import GuardProxy
 from proxy.upstreams import Upstream
-from tests.support.processes import MARKER_ENV, SHADOWGUARD, notes_http, pids_with_marker
+from tests.support.processes import MARKER_ENV, SHADOWGUARD, NotesServer, notes_http, pids_with_marker
 from tests.support.proxy import (
     NOTES_APPROVALS_POLICY,
     NOTES_POLICY,
@@ -51,7 +51,7 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="module")
-def notes(module_tmp: Path) -> Iterator[Any]:
+def notes(module_tmp: Path) -> Iterator[NotesServer]:
     process = notes_http(module_tmp / "lease.sqlite")
     try:
         yield process.ready()
@@ -162,7 +162,7 @@ def test_a_stdio_proxy_ends_when_its_client_goes_during_a_slow_upstream_call(
     assert pids_with_marker(marker) == [], "no upstream process is left behind"
 
 
-async def test_stdio_mode_starts_when_the_configs_port_is_taken(module_tmp: Path, notes: Any) -> None:
+async def test_stdio_mode_starts_when_the_configs_port_is_taken(module_tmp: Path, notes: NotesServer) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
@@ -187,7 +187,7 @@ async def test_stdio_mode_starts_when_the_configs_port_is_taken(module_tmp: Path
 
 
 async def test_an_http_session_whose_client_is_gone_is_reclaimed_on_its_lease(
-    notes: Any, module_tmp: Path
+    notes: NotesServer, module_tmp: Path
 ) -> None:
     sessions = SessionRegistry(idle_timeout=900, lease=0.5)
     spec = UpstreamConfig(name="notes", transport="http", url=notes.url, policy=Path(NOTES_POLICY))

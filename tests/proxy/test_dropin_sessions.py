@@ -31,6 +31,7 @@ from tests.support.proxy import (
     agent_on,
     journal_upstream,
     notes_rows,
+    request_meta,
     text,
     write_config,
 )
@@ -140,7 +141,7 @@ async def test_a_plain_2026_client_lists_reads_and_writes_with_no_meta(served: S
         assert commit.is_error, "a commit that names no session cannot guess one"
         assert "shadowguard/session" in text(commit)
 
-        commit = await client.call_tool("commit", {}, meta={"shadowguard/session": minted})
+        commit = await client.call_tool("commit", {}, meta=request_meta({"shadowguard/session": minted}))
         assert not commit.is_error, text(commit)
         assert notes_rows(served.notes_db)[note]["body"] == "from a plain client"
 

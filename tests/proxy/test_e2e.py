@@ -64,7 +64,7 @@ def stdio_configs(
 
 
 @asynccontextmanager
-async def connect(url: str, mode: str) -> AsyncIterator[Any]:
+async def connect(url: str, mode: str) -> AsyncIterator[Agent]:
     """An agent on the HTTP proxy; in the 2026-07-28 era it names its session in ``_meta``."""
     async with Client(url, mode=mode, cache=None, read_timeout_seconds=60) as client:
         yield Agent(client, era_agent_session(mode))

@@ -22,7 +22,7 @@ import anyio
 import httpx2
 import pytest
 
-from tests.support.processes import RETAIL_SERVE, Process, kill, notes_http_args, shadowguard_serve
+from tests.support.processes import RETAIL_SERVE, NotesServer, Process, kill, shadowguard_serve
 from tests.support.proxy import NOTES_POLICY, agent_on, notes_rows, retail_http_upstream, write_config
 
 pytestmark = pytest.mark.anyio
@@ -39,11 +39,8 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-def notes(tmp_path: Path) -> Iterator[Any]:
-    db = tmp_path / "notes.sqlite"
-    args = [*notes_http_args(db, transactional=True), "--tx-lease", str(LEASE_S)]
-    process = Process(args, db.with_suffix(".log"), announce="notes: listening on").ready()
-    process.db = db
+def notes(tmp_path: Path) -> Iterator[NotesServer]:
+    process = NotesServer(tmp_path / "notes.sqlite", "--tx-lease", str(LEASE_S)).ready()
     yield process
     process.stop()
 
@@ -77,7 +74,7 @@ def kill_and_wait(process: Any) -> None:
 
 
 async def test_a_killed_proxys_transaction_is_rolled_back_when_its_lease_lapses(
-    tmp_path: Path, notes: Any
+    tmp_path: Path, notes: NotesServer
 ) -> None:
     proxy = proxy_for(
         tmp_path,
@@ -98,7 +95,7 @@ async def test_a_killed_proxys_transaction_is_rolled_back_when_its_lease_lapses(
         proxy.stop()
 
 
-async def test_a_quiet_agents_transaction_outlives_the_lease(tmp_path: Path, notes: Any) -> None:
+async def test_a_quiet_agents_transaction_outlives_the_lease(tmp_path: Path, notes: NotesServer) -> None:
     """The proxy renews the lease while the agent sends nothing for several leases."""
     proxy = proxy_for(
         tmp_path,

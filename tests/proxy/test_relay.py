@@ -58,10 +58,10 @@ async def test_an_upstreams_input_round_reaches_the_agent(proxy: StdioServerPara
         asked.append(params.message)
         return types.ElicitResult(action="accept", content={"name": "Grace"})
 
-    progress: list[float] = []
+    reported: list[float] = []
 
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append(value)
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reported.append(progress)
 
     async with Client(proxy, mode=mode, cache=None, elicitation_callback=elicitation) as agent:
         greeted = await agent.call_tool("greet", {})
@@ -69,7 +69,7 @@ async def test_an_upstreams_input_round_reaches_the_agent(proxy: StdioServerPara
     assert not greeted.is_error, text(greeted)
     assert text(greeted) == "Hello, Grace!"
     assert asked == ["Your name?"]
-    assert not counted.is_error and progress == [1, 2, 3]
+    assert not counted.is_error and reported == [1, 2, 3]
 
 
 @pytest.mark.parametrize("mode", ERAS)

@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from proxy.approvals.auth import hash_token
-from tests.support.processes import SHADOWGUARD, kill, notes_http, shadowguard_serve
+from tests.support.processes import SHADOWGUARD, NotesServer, kill, notes_http, shadowguard_serve
 from tests.support.proxy import agent_on, notes_rows, notes_upstream, text, write_config
 
 pytestmark = pytest.mark.anyio
@@ -88,16 +88,15 @@ def policy(module_tmp: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def notes(module_tmp: Path) -> Iterator[Any]:
+def notes(module_tmp: Path) -> Iterator[NotesServer]:
     """The notes fixture over HTTP (transactional) on a database of this module's own."""
     process = notes_http(module_tmp / "notes.sqlite").ready()
-    process.db = module_tmp / "notes.sqlite"
     yield process
     process.stop()
 
 
 @pytest.fixture(scope="module")
-def proxy(module_tmp: Path, notes: Any, policy: Path) -> Iterator[Any]:
+def proxy(module_tmp: Path, notes: NotesServer, policy: Path) -> Iterator[Any]:
     config = write_config(
         module_tmp / "proxy.yaml",
         [{"name": "notes", "transport": "http", "url": notes.url, "policy": str(policy)}],
@@ -164,7 +163,7 @@ async def raw_call(
 # -- the SQLite write lock ---------------------------------------------------------------------------
 
 
-async def test_held_and_rolled_back_calls_leave_no_write_lock(proxy: Any, notes: Any) -> None:
+async def test_held_and_rolled_back_calls_leave_no_write_lock(proxy: Any, notes: NotesServer) -> None:
     async with agent_on(proxy.url, MODERN) as a, agent_on(proxy.url, MODERN) as b:
         held = await a.refused("delete_note", {"id": "n2"})
         assert held["verdict"] == "held", held
@@ -206,7 +205,7 @@ async def test_the_wide_payload_is_refused_by_a_named_limit_and_audited(proxy: A
 # -- lone surrogates -------------------------------------------------------------------------------------
 
 
-async def test_lone_surrogates_are_refused_and_break_nothing(proxy: Any, notes: Any) -> None:
+async def test_lone_surrogates_are_refused_and_break_nothing(proxy: Any, notes: NotesServer) -> None:
     session = f"sur-{uuid.uuid4().hex[:8]}"
     note = f"s-{uuid.uuid4().hex[:8]}"
     meta = {"shadowguard/session": session}
@@ -347,7 +346,7 @@ def redis_server(tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[bytes]]
 
 
 async def test_readyz_is_not_ready_while_the_approval_store_is_down(
-    tmp_path: Path, notes: Any, policy: Path, redis_server: tuple[int, Any]
+    tmp_path: Path, notes: NotesServer, policy: Path, redis_server: tuple[int, Any]
 ) -> None:
     port, redis = redis_server
     config = write_config(
@@ -372,7 +371,7 @@ async def test_readyz_is_not_ready_while_the_approval_store_is_down(
         assert process.stop() == 0, process.log.read_text()
 
 
-def identity(meta: dict[str, Any] | None, user: str | None) -> tuple[str, str | None]:
+def identity(meta: dict[str, Any] | None, user: str | None) -> tuple[str | None, str | None]:
     """``session_identity`` of a 2026-07-28 HTTP request by ``user`` (None: unauthenticated)."""
     from mcp.server import ServerRequestContext
     from starlette.authentication import SimpleUser
@@ -383,7 +382,7 @@ def identity(meta: dict[str, Any] | None, user: str | None) -> tuple[str, str | 
     scope: dict[str, Any] = {"type": "http", "method": "POST", "path": "/mcp", "headers": []}
     if user is not None:
         scope["user"] = SimpleUser(user)
-    context = ServerRequestContext(
+    context: ServerRequestContext[dict[str, Any], Request] = ServerRequestContext(
         session=None,  # type: ignore[arg-type]
         lifespan_context={},
         protocol_version=MODERN,

@@ -28,7 +28,7 @@ import redis
 from mcp import Client, MCPError
 
 from tests.support.processes import kill, shadowguard_serve
-from tests.support.proxy import notes_rows, notes_upstream, write_config
+from tests.support.proxy import notes_rows, notes_upstream, request_meta, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # minutes on a loaded machine: `make slow-check`
 REDIS_URL = os.environ.get("SHADOWGUARD_TEST_REDIS", "redis://127.0.0.1:6379/0")
@@ -101,7 +101,9 @@ class RoundRobin:
         for _ in range(RETRIES):
             client = self.clients[self.turn % len(self.clients)]
             self.turn += 1
-            result = await client.call_tool(tool, arguments, meta={"shadowguard/session": session})
+            result = await client.call_tool(
+                tool, arguments, meta=request_meta({"shadowguard/session": session})
+            )
             text = "\n".join(getattr(p, "text", "") for p in result.content)
             if not (result.is_error and _retryable((result.meta or {}).get("shadowguard/outcome"))):
                 break
@@ -181,7 +183,7 @@ async def test_a_killed_replica_loses_its_sessions_the_other_keeps_serving(repli
             await RoundRobin([cb]).call(survivor, "put_note", {"id": f"{survivor}-{part}", "body": "y"})
         await RoundRobin([cb]).call(survivor, "commit", {})
         # a's session, asked on b: unreachable (retry) while a's lease lasts, then lost for good
-        meta = {"shadowguard/session": doomed}
+        meta = request_meta({"shadowguard/session": doomed})
         with anyio.fail_after(HEARTBEAT_S * 15):
             while True:
                 try:

@@ -164,7 +164,7 @@ def _require_chromium() -> None:
 
 def test_approve_in_chromium(site: Site) -> None:
     _require_chromium()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import Dialog, expect, sync_playwright
 
     approval = seed(site)
     older = seed(site, tool="cancel_order", arguments={"order_id": "W0002"}, preview=ChangeSet())
@@ -221,7 +221,12 @@ def test_approve_in_chromium(site: Site) -> None:
             page.screenshot(path=str(_artifacts() / "review-approve.png"), full_page=True)
 
             dialogs: list[str] = []
-            page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+
+            def dismiss(dialog: Dialog) -> None:
+                dialogs.append(dialog.message)
+                dialog.dismiss()
+
+            page.on("dialog", dismiss)
             page.goto(f"{site.base}/review/{hostile.id}")
             expect(page.locator("#arguments")).to_contain_text(XSS)
             expect(page.locator("table.diff-insert td.after")).to_have_text(XSS_IMG)

@@ -36,7 +36,7 @@ from proxy.config import AgentConfig, AuthConfig, ConfigError, ProxyConfig, Revi
 from proxy.registry import SessionRegistry
 from proxy.server import OUTCOME_META_KEY, GuardProxy
 from tests.support.processes import notes_http, serving
-from tests.support.proxy import NOTES_POLICY, initialize_request, notes_rows, write_config
+from tests.support.proxy import NOTES_POLICY, initialize_request, notes_rows, request_meta, write_config
 
 TOKENS = {
     "agent-1": "agent-one-sessions-token",
@@ -94,7 +94,7 @@ class Proxy:
             result = await client.call_tool(
                 "put_note" if upstream == "notes" else "o_put_note",
                 {"id": note, "body": "pending", "status": "published"},
-                meta={"shadowguard/session": session},
+                meta=request_meta({"shadowguard/session": session}),
             )
         assert not result.is_error, result
         assert result.meta is not None and result.meta[OUTCOME_META_KEY]["session"] == session

@@ -44,14 +44,14 @@ class Process:
             cwd=str(ROOT),
         )
         self._announce = announce
-        self.url: str | None = None
+        self._url: str | None = None
         self.audit: Path | None = None
         """The audit log a ``shadowguard serve`` process writes, when the test set one."""
 
     def ready(self) -> Process:
         """Wait for the announced URL (servers started together are waited for together)."""
-        if self.url is None and self._announce is not None:
-            self.url = self._wait(self._announce)
+        if self._url is None and self._announce is not None:
+            self._url = self._wait(self._announce)
         return self
 
     def _wait(self, announce: str) -> str:
@@ -62,10 +62,12 @@ class Process:
                     return line[line.index("http://") :].strip()
             if self.proc.poll() is not None:
                 self.stop()
-                raise RuntimeError(f"{self.proc.args} exited {self.proc.returncode}:\n{self.log.read_text()}")
+                raise RuntimeError(
+                    f"{self.proc.args!r} exited {self.proc.returncode}:\n{self.log.read_text()}"
+                )
             time.sleep(0.05)
         self.stop()
-        raise RuntimeError(f"{self.proc.args} did not announce a URL:\n{self.log.read_text()}")
+        raise RuntimeError(f"{self.proc.args!r} did not announce a URL:\n{self.log.read_text()}")
 
     def restart(self, args: list[str]) -> Process:
         """Start again (after a kill) with ``args``, and wait until it announces its URL."""
@@ -75,12 +77,18 @@ class Process:
         self.proc = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._log_file, cwd=str(ROOT)
         )
-        self.url = None
+        self._url = None
         return self.ready()
 
     @property
+    def url(self) -> str:
+        """The URL the process announced (``ready()`` waits for it)."""
+        if self._url is None:
+            raise RuntimeError(f"{self.proc.args!r} has announced no URL: call ready() first")
+        return self._url
+
+    @property
     def base(self) -> str:
-        assert self.url is not None
         return self.url.rsplit("/mcp", 1)[0]
 
     def stop(self) -> int | None:
@@ -190,10 +198,19 @@ def notes_http_args(db: Path, port: int = 0, *, transactional: bool) -> list[str
     ]
 
 
-def notes_http(db: Path, *, transactional: bool = True) -> Process:
-    """The notes fixture over HTTP on a free port, on ``db`` (its log beside it); ``ready()``: its URL."""
-    return Process(
-        notes_http_args(db, transactional=transactional),
-        db.with_suffix(".log"),
-        announce="notes: listening on",
-    )
+class NotesServer(Process):
+    """The notes fixture served over HTTP, keeping its notes in ``db`` (its log beside it)."""
+
+    def __init__(self, db: Path, *extra_args: str, transactional: bool = True) -> None:
+        args = [*notes_http_args(db, transactional=transactional), *extra_args]
+        super().__init__(args, db.with_suffix(".log"), announce="notes: listening on")
+        self.db = db
+
+    def ready(self) -> NotesServer:
+        super().ready()
+        return self
+
+
+def notes_http(db: Path, *, transactional: bool = True) -> NotesServer:
+    """The notes fixture over HTTP on a free port, on ``db``; ``ready()`` waits for its URL."""
+    return NotesServer(db, transactional=transactional)

@@ -12,7 +12,7 @@ from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import mcp.types as types
 import yaml
@@ -34,6 +34,11 @@ NOTES_JOURNAL_POLICY = FIXTURES / "notes_journal_policy.yaml"
 NOTES_APPROVALS_POLICY = FIXTURES / "notes_approvals_policy.yaml"
 RETAIL_POLICY = ROOT / "policies" / "sandbox_external_retail" / "policy.yaml"
 MAX_BODY_BYTES = 256 * 1024
+
+
+def request_meta(items: Mapping[str, Any]) -> types.RequestParamsMeta:
+    """``items`` as a request's ``_meta`` (the SDK types it as an open TypedDict)."""
+    return cast(types.RequestParamsMeta, dict(items))
 
 
 def text(result: types.CallToolResult) -> str:
@@ -58,11 +63,11 @@ class Agent:
     session: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
-    def _meta(self, extra: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    def _meta(self, extra: Mapping[str, Any] | None) -> types.RequestParamsMeta | None:
         meta = {**self.meta, **(extra or {})}
         if self.session is not None:
             meta["shadowguard/session"] = self.session
-        return meta or None
+        return request_meta(meta) if meta else None
 
     async def call(
         self, name: str, arguments: Mapping[str, Any] | None = None, meta: Mapping[str, Any] | None = None

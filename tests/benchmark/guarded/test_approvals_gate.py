@@ -43,7 +43,7 @@ REFUND = {
     "amount": 250.0,
 }
 SMALL = {**REFUND, "amount": 20.0}
-PACK = {
+PACK: dict[str, Any] = {
     "name": "refunds",
     "approvals": [
         {
@@ -231,8 +231,8 @@ def test_approved_the_same_call_runs_once_and_commits(
     )
     assert env.state_hash() == before_commit
     assert session.commit().committed
-    rows = env.connection.exec_driver_sql(f"SELECT amount FROM {REFUNDS}").scalars().all()
-    assert list(rows).count(250.0) == 1
+    rows: list[Any] = list(env.connection.exec_driver_sql(f"SELECT amount FROM {REFUNDS}").scalars())
+    assert rows.count(250.0) == 1
 
 
 def test_an_explicit_id_runs_once_and_reusing_it_is_refused(

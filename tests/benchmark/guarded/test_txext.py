@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import anyio
 import anyio.from_thread
@@ -54,6 +54,7 @@ from guard.txext import (
     advertises,
     serialized,
 )
+from tests.support.proxy import request_meta
 
 DOMAIN = "sandbox_external_retail"
 T = TypeVar("T")
@@ -330,7 +331,7 @@ async def test_rollback_violations_and_refusals(
 
 
 async def _call_with_tx(client: Client, tool: str, args: dict[str, Any], tx: str) -> types.CallToolResult:
-    return await client.call_tool(tool, args, meta={TX_META_KEY: tx})
+    return await client.call_tool(tool, args, meta=request_meta({TX_META_KEY: tx}))
 
 
 async def _init(client: Client, task: Task) -> str:
@@ -508,7 +509,7 @@ async def test_malformed_or_unwanted_piggybacked_operations_are_refused() -> Non
 async def _call_with_meta(
     client: Client, tool: str, args: dict[str, Any], meta: dict[str, Any]
 ) -> types.CallToolResult:
-    return await client.call_tool(tool, args, meta=cast(types.RequestParamsMeta, meta))
+    return await client.call_tool(tool, args, meta=request_meta(meta))
 
 
 async def _send_with_meta(client: Client, method: str, meta: dict[str, Any]) -> types.EmptyResult:
@@ -579,9 +580,9 @@ async def test_a_transaction_whose_lease_lapses_is_rolled_back_and_its_session_f
 
     server, connection = minimal_server(participate=True, lease_s=30.0, clock=clock, on_lapse=on_lapse)
     participant = next(
-        m.__self__
+        bound
         for m in server.middleware
-        if isinstance(getattr(m, "__self__", None), TransactionParticipant)
+        if isinstance(bound := getattr(m, "__self__", None), TransactionParticipant)
     )
     async with Client(server) as client:
         remote = RemoteBackend(client.session)

@@ -29,7 +29,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.subscriptions import ResourceUpdated
 
 from tests.support.processes import SHADOWGUARD, shadowguard_serve
-from tests.support.proxy import write_config
+from tests.support.proxy import request_meta, write_config
 
 pytestmark = pytest.mark.anyio
 ERAS = ["legacy", "2026-07-28"]
@@ -37,7 +37,7 @@ PROXY_TOOLS = {"commit", "rollback"}
 TASK_TOOL = "simulate-research-query"
 STATIC = "demo://resource/static/document/architecture.md"
 SAMPLED = "sampled by the test client"
-ROOT = types.Root(uri="file:///srv/project", name="project")
+ROOT = types.Root.model_validate({"uri": "file:///srv/project", "name": "project"})
 
 
 @pytest.fixture(scope="module")
@@ -274,20 +274,20 @@ async def test_reads_prompts_and_completion_are_the_upstreams(
 @pytest.mark.parametrize("mode", ERAS)
 async def test_progress_reaches_the_agent(any_upstream_proxy_url: str, mode: str) -> None:
     proxy_url = any_upstream_proxy_url
-    progress: list[tuple[float, float | None]] = []
+    reported: list[tuple[float, float | None]] = []
 
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append((value, total))
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reported.append((progress, total))
 
     async with client(proxy_url, mode) as agent:
         result = await agent.call_tool(
             "trigger-long-running-operation",
             {"duration": 1, "steps": 4},
             progress_callback=on_progress,
-            meta={"shadowguard/session": f"progress-{mode}"},
+            meta=request_meta({"shadowguard/session": f"progress-{mode}"}),
         )
     assert not result.is_error, text(result)
-    assert progress == [(1.0, 4.0), (2.0, 4.0), (3.0, 4.0), (4.0, 4.0)]
+    assert reported == [(1.0, 4.0), (2.0, 4.0), (3.0, 4.0), (4.0, 4.0)]
 
 
 async def test_log_messages_and_resource_updates_reach_a_handshake_era_agent(config: Path) -> None:
@@ -313,7 +313,7 @@ async def test_log_messages_and_resource_updates_reach_a_handshake_era_agent(con
 async def test_a_2026_agent_gets_log_messages_it_opts_in_to(any_upstream_proxy_url: str) -> None:
     proxy_url = any_upstream_proxy_url
     seen = Seen()
-    meta = {"shadowguard/session": "logs-2026", "io.modelcontextprotocol/logLevel": "debug"}
+    meta = request_meta({"shadowguard/session": "logs-2026", "io.modelcontextprotocol/logLevel": "debug"})
     async with client(proxy_url, "2026-07-28", seen) as agent:
         on = await agent.call_tool("toggle-simulated-logging", {}, meta=meta)
         off = await agent.call_tool("toggle-simulated-logging", {}, meta=meta)
@@ -323,7 +323,7 @@ async def test_a_2026_agent_gets_log_messages_it_opts_in_to(any_upstream_proxy_u
 
 
 async def test_a_2026_agent_listens_for_resource_updates(proxy_url: str) -> None:
-    meta = {"shadowguard/session": "listen-2026"}
+    meta = request_meta({"shadowguard/session": "listen-2026"})
     async with (
         client(proxy_url, "2026-07-28") as agent,
         agent.listen(resource_subscriptions=[STATIC]) as events,
@@ -368,7 +368,7 @@ async def test_sampling_elicitation_and_roots_round_trip_to_the_agent(
     target: Any = proxy_url if transport == "http" else stdio_proxy(config)
     if transport == "http-upstream":
         target = request.getfixturevalue("http_upstream_proxy_url")
-    meta = {"shadowguard/session": f"requests-{transport}"} if mode != "legacy" else None
+    meta = request_meta({"shadowguard/session": f"requests-{transport}"}) if mode != "legacy" else None
     async with client(target, mode, seen) as agent:
         for tool, arguments, answer in CLIENT_REQUESTS:
             result = await agent.call_tool(tool, arguments, meta=meta)
@@ -411,14 +411,15 @@ async def test_an_upstream_request_for_an_undeclared_capability_is_refused(proxy
 
 
 async def test_an_unknown_input_round_is_refused(proxy_url: str) -> None:
+    no_answers: types.InputResponses = {}
     async with client(proxy_url, "2026-07-28") as agent:
         with pytest.raises(MCPError, match="Unknown or expired requestState"):
             await agent.session.call_tool(
                 "echo",
                 {"message": "x"},
                 request_state="relay:" + "0" * 32,
-                input_responses={},
-                meta={"shadowguard/session": "rounds"},
+                input_responses=no_answers,
+                meta=request_meta({"shadowguard/session": "rounds"}),
                 allow_input_required=True,
             )
 
@@ -427,7 +428,7 @@ async def test_an_unknown_input_round_is_refused(proxy_url: str) -> None:
 async def test_a_task_only_tool_is_refused_and_not_sent(proxy_url: str, mode: str) -> None:
     async with client(proxy_url, mode) as agent:
         result = await agent.call_tool(
-            TASK_TOOL, {"topic": "x"}, meta={"shadowguard/session": f"task-{mode}"}
+            TASK_TOOL, {"topic": "x"}, meta=request_meta({"shadowguard/session": f"task-{mode}"})
         )
     assert result.is_error
     assert text(result).startswith(f"Refused by the guard: {TASK_TOOL} did not run and nothing changed.")

@@ -17,7 +17,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from tests.support.processes import SHADOWGUARD, shadowguard_serve
-from tests.support.proxy import write_config
+from tests.support.proxy import request_meta, write_config
 
 pytestmark = pytest.mark.anyio
 ERAS = ["legacy", "2026-07-28"]
@@ -102,7 +102,7 @@ async def test_a_read_and_writes_reach_the_repository(
         target = StdioServerParameters(
             command=SHADOWGUARD, args=["serve", "--config", str(config), "--stdio"]
         )
-    meta = {"shadowguard/session": f"git-{transport}-{mode}"} if mode != "legacy" else None
+    meta = request_meta({"shadowguard/session": f"git-{transport}-{mode}"}) if mode != "legacy" else None
     path = {"repo_path": str(repo)}
     async with Client(target, mode=mode, cache=None, read_timeout_seconds=60) as agent:
         status = await agent.call_tool("git_status", path, meta=meta)
