@@ -73,6 +73,24 @@ def stored(env: Environment, table: str, key: Any) -> dict[str, Any]:
     return record.model_dump(mode="json")
 
 
+def record(env: Environment, table: str, key: Any) -> dict[str, Any]:
+    """The row of ``table`` under ``key`` with its Python values (enums, ``Decimal``, ``datetime``);
+    fails the test when there is none. :func:`stored` gives the JSON values."""
+    row = env.table(table).get(key)
+    assert row is not None, f"{table} has no row {key!r}"
+    return row.model_dump()
+
+
+def stored_rows(env: Environment, table: str) -> list[dict[str, Any]]:
+    """Every row of ``table`` in the table's order, as JSON values (as :func:`stored`)."""
+    return [row.model_dump(mode="json") for row in env.table(table).all()]
+
+
+def records(env: Environment, table: str) -> list[dict[str, Any]]:
+    """Every row of ``table`` in the table's order, with its Python values (as :func:`record`)."""
+    return [row.model_dump() for row in env.table(table).all()]
+
+
 class RecordingExecutor:
     """The real environment's executor (what the guard forwards a call to), remembering which tools
     the calls that reached it named."""

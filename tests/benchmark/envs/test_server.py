@@ -200,14 +200,14 @@ async def _check_bad_inputs(client: Client, ref: Reference, session_id: str | No
         assert info.value.code == INVALID_PARAMS, kwargs
         assert message in info.value.message, (kwargs, info.value.message)
         assert await environment_state_hash(s, session_id=session_id) == ref.init_hash
-    bad: list[tuple[dict[str, Any], str]] = [
+    malformed: list[tuple[dict[str, Any], str]] = [
         ({}, "exactly one of task_id or data_patch"),
         ({"task_id": ref.task.id, "data_patch": {}}, "exactly one of task_id or data_patch"),
         ({"task_id": 7}, "task_id must be a non-empty string"),
         ({"data_patch": [1]}, "data_patch must be an object"),
         ({"taskid": "x"}, "unknown parameter(s) ['taskid']"),
     ]
-    for params, message in bad:
+    for params, message in malformed:
         with pytest.raises(MCPError) as info:
             await _raw_init(client, params, session_id)
         assert info.value.code == INVALID_PARAMS

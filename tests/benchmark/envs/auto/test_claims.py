@@ -13,7 +13,7 @@ from typing import Any
 from benchmark.envs import Database, Domain, Environment
 from benchmark.envs.auto import claims
 from benchmark.tasks import BenchData, Task
-from tests.support.envs import call, failure_text
+from tests.support.envs import call, failure_text, record, records, stored
 
 DOMAIN = "sandbox_auto_insurance"
 CLAIMS = claims.CLAIMS
@@ -58,7 +58,7 @@ def test_create_fnol_makes_deterministic_open_claim(env: Environment) -> None:
     expected_id = "CLM-2" + hashlib.sha256(seed.encode()).hexdigest()[:9].upper()
     text = env.call_tool("claims_create_fnol", {**FNOL, "has_bodily_injury": None})
     assert text == f'{{"claim_id": "{expected_id}", "claim_stage": "Open \\u2013 Initial Review"}}'
-    row = env.table(CLAIMS).get(expected_id).model_dump(mode="json")
+    row = stored(env, CLAIMS, expected_id)
     assert row["created_date"] == row["date_of_loss"] == "2025-09-30"
     assert (row["siu_flag"], row["has_bodily_injury"], row["police_report_required"]) == (
         "None",
@@ -74,7 +74,7 @@ def test_create_fnol_is_idempotent_on_policy_date_and_vehicle(env: Environment) 
     again = call(env, "claims_create_fnol", {**FNOL, "claim_type": "Liability Only", "severity": "Minor"})
     assert again == first
     assert env.table(CLAIMS).count() == count
-    assert env.table(CLAIMS).get(first["claim_id"]).severity.value == "Major"
+    assert record(env, CLAIMS, first["claim_id"])["severity"].value == "Major"
 
 
 def test_create_fnol_without_vehicle_uses_vin_then_placeholder(env: Environment) -> None:
@@ -166,7 +166,7 @@ def test_get_policy_claims_months_back_fails_on_timestamped_created_date(
         env.apply_patch(task.data_patch)
         plain = call(env, "claims_get_policy_claims", {"policy_id": claim["policy_id"]})
         assert claim["id"] in [c["claim_id"] for c in plain["claims"]]
-        newest = max(c.created_date for c in env.table(CLAIMS).all())
+        newest = max(c["created_date"] for c in records(env, CLAIMS))
         text = env.call_tool("claims_get_policy_claims", {"policy_id": claim["policy_id"], "months_back": 6})
     assert text == failure_text("claims_get_policy_claims", f"unconverted data remains: {newest[10:]}")
 

@@ -12,7 +12,7 @@ import pytest
 
 from benchmark.envs import Domain, Environment
 from benchmark.envs.auto import crm
-from tests.support.envs import call, failure_text
+from tests.support.envs import call, failure_text, stored
 
 CUSTOMERS = crm.CUSTOMERS
 
@@ -23,7 +23,7 @@ def test_all_crm_tools_are_read_only(domain: Domain) -> None:
 
 
 def test_get_customer_by_email_is_case_insensitive_and_takes_first_match(env: Environment) -> None:
-    original = env.table(CUSTOMERS).get("CUS-00023456").model_dump(mode="json")
+    original = stored(env, CUSTOMERS, "CUS-00023456")
     env.apply_patch({CUSTOMERS: [{**original, "id": "CUS-LATER", "first_name": "Other"}]})
     text = env.call_tool("crm_get_customer_by_email", {"email": "Sarah.Miller@OUTLOOK.com"})
     assert text == '{"customer_id": "CUS-00023456", "first_name": "Sarah", "last_name": "Miller"}'

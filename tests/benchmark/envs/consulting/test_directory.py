@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from benchmark.envs import Domain, Environment
 from benchmark.envs.consulting import directory
-from tests.support.envs import call, failure_text
+from tests.support.envs import call, failure_text, stored
 
 
 def test_only_access_and_approval_creation_write(domain: Domain) -> None:
@@ -137,14 +137,14 @@ def test_okta_provision_access_appends_first_free_ids(env: Environment) -> None:
     )
     assert first == second == '{"success": true}'
     assert logs.count() == before + 3
-    created = logs.get("AAL-2-000001").model_dump(mode="json")
+    created = stored(env, directory.ACCESS_LOGS, "AAL-2-000001")
     assert created == {
         "id": "AAL-2-000001",
         "employee_email": "a@msg.com",
         "app_name": "Slack",
         "access_type": "full_access",
     }
-    assert logs.get("AAL-2-000002").model_dump(mode="json")["access_type"] == "read_only"
+    assert stored(env, directory.ACCESS_LOGS, "AAL-2-000002")["access_type"] == "read_only"
 
 
 def test_okta_provision_access_rejects_unknown_access_type(env: Environment) -> None:
@@ -208,8 +208,8 @@ def test_approval_create_then_get_status(env: Environment) -> None:
         "amount": "420",
     }
     assert env.call_tool("approval_create_request", args) == '{"approval_id": "APR-2-000000"}'
-    stored = env.table(directory.APPROVALS).get("APR-2-000000").model_dump(mode="json")
-    assert stored == {
+    approval = stored(env, directory.APPROVALS, "APR-2-000000")
+    assert approval == {
         "id": "APR-2-000000",
         "request_type": "software_access",
         "requester_email": "jennifer.patel@msg.com",
