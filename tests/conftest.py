@@ -18,6 +18,12 @@ RETAIL = "sandbox_external_retail"
 
 
 @pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    """The async tests (``pytest.mark.anyio``) run on asyncio alone."""
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
 def bench() -> BenchData:
     return resolve_data()
 

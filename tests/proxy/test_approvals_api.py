@@ -525,11 +525,6 @@ def test_mcp_needs_an_agent_token(mcp_server: str) -> None:
         assert theirs.status_code == 404, "a session is bound to the agent that opened it"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.anyio
 async def test_an_agent_runs_as_its_configured_name(mcp_server: str) -> None:
     headers = bearer("agent-1")

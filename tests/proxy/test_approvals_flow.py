@@ -64,11 +64,6 @@ approvals:
 DECIDE_TIMEOUT_S = 60.0
 
 
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @dataclass
 class Notices:
     """The webhook receiver: what the proxies POSTed."""

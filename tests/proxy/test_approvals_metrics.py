@@ -70,11 +70,6 @@ OUTCOMES = ("used", "returned_to_review", "expired", "cancelled")
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @dataclass
 class Receiver:
     """A webhook receiver answering every POST with ``status``; keeps the approval ids it was sent."""

@@ -30,11 +30,6 @@ APPROVER_TOKEN = "approver-" + uuid.uuid4().hex
 
 
 @pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
 def notes(module_tmp: Path) -> Iterator[tuple[Any, Path, Path]]:
     """The shared upstream, its database file, and the policy pack both replicas load."""
     db = module_tmp / "notes.sqlite"

@@ -27,11 +27,6 @@ pytestmark = pytest.mark.anyio
 MODERN = "2026-07-28"
 
 
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 # -- the ledger on its own -----------------------------------------------------------------------------
 
 

@@ -26,11 +26,6 @@ ORIGINAL = "Office printer stopped responding to print requests"
 """Ticket 1's description in the retail domain's default state."""
 
 
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Barrier:
     """All agents reach a point before any goes on (anyio has no barrier)."""
 

@@ -43,11 +43,6 @@ T = TypeVar("T")
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "accounts.sqlite"
@@ -190,7 +185,7 @@ async def test_bad_input_is_a_tool_error_and_changes_nothing(db: Path) -> None:
 async def test_begin_savepoint_changes_rollback_through_remote_backend(db: Path) -> None:
     async with serve(db) as client:
 
-        def work() -> RemoteBackend:
+        def work() -> None:
             remote = RemoteBackend(client.session, timeout=30)
             remote.begin()
             first = remote.savepoint()

@@ -46,11 +46,6 @@ SQL_SERVER = Path(__file__).resolve().parents[1] / "fixtures" / "sql_server.py"
 
 
 @pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
 def notes(module_tmp: Path) -> Iterator[NotesServer]:
     process = notes_http(module_tmp / "lease.sqlite")
     try:

@@ -41,11 +41,6 @@ SQL_SERVER = Path(__file__).resolve().parents[1] / "fixtures" / "sql_server.py"
 PLAIN = "2026-07-28"
 
 
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @dataclass
 class Served:
     url: str

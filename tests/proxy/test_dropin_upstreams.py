@@ -32,11 +32,6 @@ pytestmark = pytest.mark.anyio
 SQL_SERVER = Path(__file__).resolve().parents[1] / "fixtures" / "sql_server.py"
 
 
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def sql_upstream(db: Path, *server_args: str, **extra: Any) -> UpstreamConfig:
     return UpstreamConfig(
         name="db",

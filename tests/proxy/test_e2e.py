@@ -40,11 +40,6 @@ ERAS = ["legacy", "2026-07-28"]
 
 
 @pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
 def stdio_configs(
     module_tmp: Path, bench: BenchData, notes_db: Path, marker: str, upstreams: Any
 ) -> dict[str, Path]:

@@ -11,7 +11,6 @@ pooled schema until its 30-minute idle timeout.
 from __future__ import annotations
 
 import os
-import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,19 +22,21 @@ import httpx2
 import pytest
 
 from tests.support.processes import RETAIL_SERVE, NotesServer, Process, kill, shadowguard_serve
-from tests.support.proxy import NOTES_POLICY, agent_on, notes_rows, retail_http_upstream, write_config
+from tests.support.proxy import (
+    MODERN,
+    NOTES_POLICY,
+    agent_on,
+    direct_write,
+    notes_rows,
+    retail_http_upstream,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
-MODERN = "2026-07-28"
 LEASE_S = 2.0
 WAIT_S = LEASE_S + 30.0
 """How long a test waits for the lease to lapse: the lease, plus a generous bound for a loaded machine."""
 PG_URL = os.environ.get("SHADOWGUARD_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture
@@ -55,19 +56,6 @@ def proxy_for(tmp: Path, upstream: dict[str, Any]) -> Any:
     return shadowguard_serve(config).ready()
 
 
-def direct_write(db: Path) -> str | None:
-    """A writer beside the proxy on the upstream's database: None, or its error."""
-    conn = sqlite3.connect(str(db), timeout=0.2)
-    try:
-        conn.execute("UPDATE notes SET body = ? WHERE id = 'n1'", (f"direct {uuid.uuid4().hex[:6]}",))
-        conn.commit()
-    except sqlite3.OperationalError as exc:
-        return str(exc)
-    finally:
-        conn.close()
-    return None
-
-
 def kill_and_wait(process: Any) -> None:
     kill(process.proc.pid)
     process.proc.wait(timeout=60)
@@ -84,10 +72,12 @@ async def test_a_killed_proxys_transaction_is_rolled_back_when_its_lease_lapses(
     try:
         async with agent_on(proxy.url, MODERN) as agent:
             await agent.ok("put_note", {"id": note, "body": "never committed", "status": "draft"})
-            assert direct_write(notes.db) == "database is locked", "the session holds the write lock"
+            assert direct_write(notes.db, timeout=0.2) == "database is locked", (
+                "the session holds the write lock"
+            )
         kill_and_wait(proxy)
         deadline = time.monotonic() + WAIT_S
-        while (error := direct_write(notes.db)) is not None and time.monotonic() < deadline:
+        while (error := direct_write(notes.db, timeout=0.2)) is not None and time.monotonic() < deadline:
             await anyio.sleep(0.2)
         assert error is None, f"still locked {WAIT_S:.0f} s after the kill: {error}"
         assert note not in notes_rows(notes.db), "rolled back, not committed"

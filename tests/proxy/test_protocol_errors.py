@@ -17,22 +17,11 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp import Client
 
 from tests.support.processes import SHADOWGUARD
-from tests.support.proxy import MAX_BODY_BYTES, journal_upstream, write_config
+from tests.support.proxy import ENVELOPE, MAX_BODY_BYTES, MODERN, journal_upstream, write_config
 
 pytestmark = pytest.mark.anyio
 
-MODERN = "2026-07-28"
-ENVELOPE = {
-    "io.modelcontextprotocol/protocolVersion": MODERN,
-    "io.modelcontextprotocol/clientInfo": {"name": "raw-client", "version": "1"},
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
 ACCEPT = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def _message(response: httpx2.Response) -> dict[str, Any]:

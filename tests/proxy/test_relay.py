@@ -28,11 +28,6 @@ ASKING_SERVER = Path(__file__).resolve().parents[1] / "fixtures" / "asking_serve
 
 
 @pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
 def proxy(module_tmp: Path) -> StdioServerParameters:
     upstream = {
         "name": "asking",

@@ -33,16 +33,19 @@ import yaml
 
 from proxy.approvals.auth import hash_token
 from tests.support.processes import SHADOWGUARD, NotesServer, kill, notes_http, shadowguard_serve
-from tests.support.proxy import agent_on, notes_rows, notes_upstream, text, write_config
+from tests.support.proxy import (
+    ENVELOPE,
+    MODERN,
+    agent_on,
+    direct_write,
+    notes_rows,
+    notes_upstream,
+    text,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
-MODERN = "2026-07-28"
-ENVELOPE = {
-    "io.modelcontextprotocol/protocolVersion": MODERN,
-    "io.modelcontextprotocol/clientInfo": {"name": "raw-client", "version": "1"},
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
 HEADERS = {
     "Content-Type": "application/json",
     "Accept": "application/json, text/event-stream",
@@ -73,11 +76,6 @@ POLICY = {
         }
     ],
 }
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture(scope="module")
@@ -113,19 +111,6 @@ def proxy(module_tmp: Path, notes: NotesServer, policy: Path) -> Iterator[Any]:
     process.audit = module_tmp / "audit.jsonl"
     yield process
     assert process.stop() == 0, process.log.read_text()
-
-
-def direct_write(db: Path, note: str = "n1") -> str | None:
-    """Another writer on the upstream's database (not through the proxy): None, or its error."""
-    conn = sqlite3.connect(str(db), timeout=2.0)
-    try:
-        conn.execute("UPDATE notes SET body = ? WHERE id = ?", (f"direct {uuid.uuid4().hex[:6]}", note))
-        conn.commit()
-    except sqlite3.OperationalError as exc:
-        return str(exc)
-    finally:
-        conn.close()
-    return None
 
 
 def audit_records(path: Path) -> list[dict[str, Any]]:

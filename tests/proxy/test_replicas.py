@@ -37,11 +37,6 @@ HEARTBEAT_S = 2.0
 RETRIES = 20
 
 
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

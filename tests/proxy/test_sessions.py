@@ -27,11 +27,6 @@ from tests.support.proxy import NOTES_POLICY, RETAIL_POLICY, Agent, notes_rows, 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Events:
     """A session observer that keeps what it is told."""
 

@@ -47,14 +47,28 @@ def call(env: Environment, tool: str, args: Mapping[str, Any]) -> Any:
     return json.loads(env.call_tool(tool, args))
 
 
+FAILED = "Tool execution failed: "
+
+
 def failure(tool: str, message: str) -> dict[str, str]:
     """The answer of ``tool`` failing with ``message``, parsed."""
-    return {"error": f"Tool execution failed: {message}", "tool": tool}
+    return {"error": FAILED + message, "tool": tool}
 
 
 def failure_text(tool: str, message: str) -> str:
     """The answer of ``tool`` failing with ``message``, as the text the tool returns."""
     return json.dumps(failure(tool, message))
+
+
+def failed(env: Environment, tool: str, args: Mapping[str, Any]) -> str:
+    """Calls ``tool``, asserts its answer is exactly the reference failure text naming it, and returns
+    the failure's message (what follows "Tool execution failed: ")."""
+    text = env.call_tool(tool, args)
+    out = json.loads(text)
+    assert isinstance(out, dict) and isinstance(out.get("error"), str), text
+    message: str = out["error"].removeprefix(FAILED)
+    assert text == failure_text(tool, message), text
+    return message
 
 
 def error_of(env: Environment, tool: str, args: Mapping[str, Any]) -> str:

@@ -34,6 +34,13 @@ NOTES_JOURNAL_POLICY = FIXTURES / "notes_journal_policy.yaml"
 NOTES_APPROVALS_POLICY = FIXTURES / "notes_approvals_policy.yaml"
 RETAIL_POLICY = ROOT / "policies" / "sandbox_external_retail" / "policy.yaml"
 MAX_BODY_BYTES = 256 * 1024
+MODERN = "2026-07-28"
+ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientInfo": {"name": "raw-client", "version": "1"},
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+"""The ``_meta`` a raw JSON-RPC request of the 2026-07-28 era carries (no initialize handshake)."""
 
 
 def request_meta(items: Mapping[str, Any]) -> types.RequestParamsMeta:
@@ -115,6 +122,32 @@ def initialize_request() -> dict[str, Any]:
 def era_agent_session(mode: str) -> str | None:
     """The 2026-07-28 era is sessionless: the agent names its session in ``_meta``."""
     return None if mode == "legacy" else f"agent-{uuid.uuid4().hex[:12]}"
+
+
+def direct_write(db: Path, note: str = "n1", *, timeout: float = 2.0) -> str | None:
+    """Another writer on an upstream's notes database (not through the proxy), waiting up to
+    ``timeout`` for SQLite's write lock: None when it wrote, else SQLite's error."""
+    conn = sqlite3.connect(str(db), timeout=timeout)
+    try:
+        conn.execute("UPDATE notes SET body = ? WHERE id = ?", (f"direct {uuid.uuid4().hex[:6]}", note))
+        conn.commit()
+    except sqlite3.OperationalError as exc:
+        return str(exc)
+    finally:
+        conn.close()
+    return None
+
+
+def http_proxy_config(path: Path, upstream: dict[str, Any]) -> Path:
+    """A config at ``path`` for ``shadowguard serve`` over HTTP on a free port in front of ``upstream``,
+    audited beside the config, with held calls answered at once (``approval_pending``)."""
+    return write_config(
+        path,
+        [upstream],
+        http={"host": "127.0.0.1", "port": 0},
+        audit={"path": str(path.parent / "audit.jsonl")},
+        approvals={"wait_s": 0},
+    )
 
 
 def write_config(path: Path, upstreams: list[dict[str, Any]], **sections: Any) -> Path:

@@ -57,11 +57,6 @@ STARTUP_TIMEOUT = 30.0
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 # -- reference data -----------------------------------------------------------------------------------
 
 

@@ -62,11 +62,6 @@ T = TypeVar("T")
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 # -- reference: the same calls on a local SqlBackend ----------------------------------------------------
 
 
@@ -162,6 +157,16 @@ def blocking(func: Callable[..., Any], *args: Any) -> Any:
     return anyio.from_thread.run(func, *args)
 
 
+def state_hash_of(client: Client) -> Callable[[], str]:
+    """The environment's state hash, asked over ``client`` from the guard's worker thread."""
+
+    def state_hash() -> str:
+        hashed: str = blocking(environment_state_hash, client.session)
+        return hashed
+
+    return state_hash
+
+
 def raw_tx(client: Client, method: str, tx: str, **fields: Any) -> Any:
     params = TxParams.model_validate({"_meta": {TX_META_KEY: tx}, **fields})
     return blocking(client.session.send_request, TxRequest(method=method, params=params), types.EmptyResult)
@@ -178,10 +183,7 @@ async def test_guard_session_over_the_extension(
         assert advertises(client.server_capabilities)
         assert await init_environment(client.session, task_id=ref.task.id) == ref.init_hash
         tools = await tool_info_map(client)
-
-        def state_hash() -> str:
-            hashed: str = blocking(environment_state_hash, client.session)
-            return hashed
+        state_hash = state_hash_of(client)
 
         def scenario() -> None:
             remote = RemoteBackend(client.session, timeout=60, piggyback=piggyback)
@@ -250,10 +252,7 @@ async def test_rollback_violations_and_refusals(
     async with serve(bench, sqlite_db, "legacy") as client:
         assert await init_environment(client.session, task_id=ref.task.id) == ref.init_hash
         tools = await tool_info_map(client)
-
-        def state_hash() -> str:
-            hashed: str = blocking(environment_state_hash, client.session)
-            return hashed
+        state_hash = state_hash_of(client)
 
         def scenario() -> None:
             # an after_call violation (the check queries through the extension) rolls the call back

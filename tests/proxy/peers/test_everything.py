@@ -29,7 +29,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.subscriptions import ResourceUpdated
 
 from tests.support.processes import SHADOWGUARD, shadowguard_serve
-from tests.support.proxy import request_meta, write_config
+from tests.support.proxy import http_proxy_config, request_meta, text, write_config
 
 pytestmark = pytest.mark.anyio
 ERAS = ["legacy", "2026-07-28"]
@@ -41,11 +41,6 @@ ROOT = types.Root.model_validate({"uri": "file:///srv/project", "name": "project
 
 
 @pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
 def config(module_tmp: Path, everything_server: Path) -> Path:
     upstream = {
         "name": "everything",
@@ -53,20 +48,7 @@ def config(module_tmp: Path, everything_server: Path) -> Path:
         "command": str(everything_server),
         "args": ["stdio"],
     }
-    return write_config(
-        module_tmp / "everything.yaml",
-        [upstream],
-        http={"host": "127.0.0.1", "port": 0},
-        audit={"path": str(module_tmp / "audit.jsonl")},
-        approvals={"wait_s": 0},
-    )
-
-
-@pytest.fixture(scope="module")
-def proxy_url(config: Path) -> Any:
-    process = shadowguard_serve(config).ready()
-    yield process.url
-    assert process.stop() == 0, process.log.read_text()
+    return http_proxy_config(module_tmp / "everything.yaml", upstream)
 
 
 @pytest.fixture(scope="module")
@@ -173,10 +155,6 @@ def direct(everything_server: Path) -> StdioServerParameters:
 
 def stdio_proxy(config: Path) -> StdioServerParameters:
     return StdioServerParameters(command=SHADOWGUARD, args=["serve", "--config", str(config), "--stdio"])
-
-
-def text(result: types.CallToolResult) -> str:
-    return "\n".join(p.text for p in result.content if isinstance(p, types.TextContent))
 
 
 async def listed(c: Client) -> dict[str, Any]:

@@ -12,20 +12,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import mcp.types as types
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.support.processes import SHADOWGUARD, shadowguard_serve
-from tests.support.proxy import request_meta, write_config
+from tests.support.processes import SHADOWGUARD
+from tests.support.proxy import http_proxy_config, request_meta, text
 
 pytestmark = pytest.mark.anyio
 ERAS = ["legacy", "2026-07-28"]
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def git(repo: Path, *args: str) -> str:
@@ -55,24 +49,7 @@ def config(module_tmp: Path, git_server: Path, repo: Path) -> Path:
         "command": str(git_server),
         "args": ["--repository", str(repo)],
     }
-    return write_config(
-        module_tmp / "git.yaml",
-        [upstream],
-        http={"host": "127.0.0.1", "port": 0},
-        audit={"path": str(module_tmp / "audit.jsonl")},
-        approvals={"wait_s": 0},
-    )
-
-
-@pytest.fixture(scope="module")
-def proxy_url(config: Path) -> Any:
-    process = shadowguard_serve(config).ready()
-    yield process.url
-    assert process.stop() == 0, process.log.read_text()
-
-
-def text(result: types.CallToolResult) -> str:
-    return "\n".join(p.text for p in result.content if isinstance(p, types.TextContent))
+    return http_proxy_config(module_tmp / "git.yaml", upstream)
 
 
 @pytest.mark.parametrize("mode", ERAS)
