@@ -29,6 +29,7 @@ from tests.support.proxy import (
     journal_upstream,
     notes_rows,
     notes_upstream,
+    outcome_meta,
     retail_http_upstream,
     retail_upstream,
     text,
@@ -63,10 +64,6 @@ async def connect(url: str, mode: str) -> AsyncIterator[Agent]:
     """An agent on the HTTP proxy; in the 2026-07-28 era it names its session in ``_meta``."""
     async with Client(url, mode=mode, cache=None, read_timeout_seconds=60) as client:
         yield Agent(client, era_agent_session(mode))
-
-
-def outcome_meta(result: Any) -> dict[str, Any]:
-    return dict((result.meta or {})["shadowguard/outcome"])
 
 
 def rule_ids(verdict: dict[str, Any]) -> list[str]:

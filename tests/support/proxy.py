@@ -48,6 +48,11 @@ def request_meta(items: Mapping[str, Any]) -> types.RequestParamsMeta:
     return cast(types.RequestParamsMeta, dict(items))
 
 
+def outcome_meta(result: types.CallToolResult) -> dict[str, Any]:
+    """The guard's outcome stamped on a call's result (``_meta["shadowguard/outcome"]``)."""
+    return dict((result.meta or {})["shadowguard/outcome"])
+
+
 def text(result: types.CallToolResult) -> str:
     return "\n".join(p.text for p in result.content if isinstance(p, types.TextContent))
 
