@@ -6,12 +6,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 
 from proxy.approvals.auth import hash_token
 from tests.support.processes import Process
+from tests.support.proxy import Agent, notes_rows, outcome_meta, text
 
 APPROVER_TOKEN = "approver-" + uuid.uuid4().hex
 VIEWER_TOKEN = "viewer-" + uuid.uuid4().hex
@@ -45,3 +48,36 @@ async def decide(http: httpx2.AsyncClient, approval_id: str, decision: str, reas
     decided = answer.json()
     assert decided["state"] == ("approved" if decision == "approve" else "rejected"), decided
     return decided
+
+
+async def committed_note(agent: Agent, db: Path, note: str, body: str = "keep me") -> None:
+    """The agent writes ``note`` and commits; it is then in the notes database ``db``."""
+    await agent.ok("put_note", {"id": note, "body": body, "status": "published"})
+    committed = await agent.call("commit")
+    assert not committed.is_error, text(committed)
+    assert note in notes_rows(db)
+
+
+async def session_of(agent: Agent) -> str:
+    """The guard session id the proxy gives this agent (a read names it in the outcome)."""
+    return str(outcome_meta(await agent.call("list_notes"))["session"])
+
+
+async def pending_approval(
+    http: httpx2.AsyncClient, session_id: str, *, other_than: str | None = None, timeout_s: float = 60.0
+) -> dict[str, Any]:
+    """The session's one pending request (other than ``other_than``), once a held call has made it
+    (read through the API by the viewer)."""
+    with anyio.fail_after(timeout_s):
+        while True:
+            listed = await http.get(
+                "/api/approvals",
+                params={"state": "pending", "session_id": session_id},
+                headers=bearer(VIEWER_TOKEN),
+            )
+            assert listed.status_code == 200, listed.text
+            items: list[dict[str, Any]] = [a for a in listed.json()["items"] if a["id"] != other_than]
+            if items:
+                [item] = items
+                return item
+            await anyio.sleep(0.05)
