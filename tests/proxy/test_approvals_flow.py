@@ -31,7 +31,7 @@ import anyio
 import httpx2
 import mcp.types as types
 import pytest
-from mcp import Client, MCPError
+from mcp import MCPError
 
 from guard.approvals import ApprovalQuery, ApprovalRequest, ApprovalState, SqlApprovalStore
 from guard.models import EffectClass
@@ -42,14 +42,13 @@ from tests.support.approvals import (
     api,
     committed_note,
     decide,
+    held_while,
     pending_approval,
     session_of,
 )
 from tests.support.processes import notes_http, shadowguard_serving
 from tests.support.proxy import (
-    Agent,
     agent_on,
-    era_agent_session,
     notes_rows,
     outcome_meta,
     text,
@@ -196,17 +195,14 @@ async def call_while_deciding(
     agent: Any, http: httpx2.AsyncClient, session_id: str, note: str, decision: str, reason: str | None
 ) -> tuple[Any, dict[str, Any]]:
     """Send ``delete_note`` (it waits for a reviewer) and decide it through the API meanwhile."""
-    results: list[Any] = []
+    pending: dict[str, Any] = {}
 
-    async def held_call() -> None:
-        results.append(await agent.call("delete_note", {"id": note}))
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(held_call)
-        pending = await pending_approval(http, session_id)
+    async def deciding() -> None:
+        pending.update(await pending_approval(http, session_id))
         assert pending["tool"] == "delete_note" and pending["arguments"] == {"id": note}
         await decide(http, pending["id"], decision, reason)
-    return results[0], pending
+
+    return await held_while(agent, note, deciding), pending
 
 
 # -- a waiting call released by the reviewer's decision -----------------------------------------------------
@@ -220,14 +216,10 @@ async def test_approved_through_the_api_the_waiting_call_runs_once_then_commits(
     async with agent_on(proxy.url, mode) as agent, api(proxy) as http:
         await committed_note(agent, flow.db, note)
         session_id = await session_of(agent)
-        results: list[Any] = []
+        pending: dict[str, Any] = {}
 
-        async def held_call() -> None:
-            results.append(await agent.call("delete_note", {"id": note}))
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(held_call)
-            pending = await pending_approval(http, session_id)
+        async def deciding() -> None:
+            pending.update(await pending_approval(http, session_id))
             # While a person decides: nothing is done, nothing is locked, and a commit is refused.
             assert note in notes_rows(flow.db)
             assert pending["rehearsed"] is True and pending["rule_id"] == "notes.delete_needs_review"
@@ -243,7 +235,7 @@ async def test_approved_through_the_api_the_waiting_call_runs_once_then_commits(
             assert note in notes_rows(flow.db)
             await decide(http, pending["id"], "approve", "Checked with the author.")
 
-        [released] = results
+        released = await held_while(agent, note, deciding)
         assert not released.is_error, text(released)
         assert json.loads(text(released)) == {"deleted": note}
         stamp = outcome_meta(released)
@@ -465,10 +457,7 @@ async def test_a_client_that_can_answer_input_requests_is_asked_to_check_again(f
                 await decide(http, approval_id, "approve", None)
             return types.ElicitResult(action="accept", content={})
 
-        async with Client(
-            proxy.url, mode="2026-07-28", cache=None, elicitation_callback=answer, read_timeout_seconds=90
-        ) as client:
-            agent = Agent(client, era_agent_session("2026-07-28"))
+        async with agent_on(proxy.url, "2026-07-28", elicitation_callback=answer) as agent:
             await committed_note(agent, flow.db, note)
             ran = await agent.call("delete_note", {"id": note})
             assert not ran.is_error, text(ran)
@@ -490,10 +479,7 @@ async def test_a_client_that_keeps_answering_gets_the_held_result_not_a_rounds_e
         asked.append(params.message)
         return types.ElicitResult(action="accept", content={})
 
-    async with Client(
-        proxy.url, mode="2026-07-28", cache=None, elicitation_callback=answer, read_timeout_seconds=90
-    ) as client:
-        agent = Agent(client, era_agent_session("2026-07-28"))
+    async with agent_on(proxy.url, "2026-07-28", elicitation_callback=answer) as agent:
         await committed_note(agent, flow.db, note)
         held = await agent.refused("delete_note", {"id": note})
         assert held["verdict"] == "held" and held["approval_state"] == "pending"

@@ -54,6 +54,7 @@ from tests.support.approvals import (
     bearer,
     committed_note,
     decide,
+    held_while,
     pending_approval,
     session_of,
 )
@@ -208,20 +209,6 @@ async def swept_again(http: httpx2.AsyncClient) -> None:
 
 def finished(before: Samples, after: Samples) -> dict[str, float]:
     return {outcome: moved(before, after, FINISHED, outcome=outcome) for outcome in OUTCOMES}
-
-
-async def held_while(agent: Any, note: str, step: Callable[[], Any]) -> Any:
-    """Send ``delete_note`` (held: it waits) and run ``step`` meanwhile; returns the call's result."""
-    results: list[Any] = []
-
-    async def held_call() -> None:
-        results.append(await agent.call("delete_note", {"id": note}))
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(held_call)
-        await step()
-    [result] = results
-    return result
 
 
 def spans(proxy: Any, name: str) -> list[dict[str, Any]]:

@@ -4,13 +4,14 @@ their ``auth`` section for a proxy config, an HTTP client on a served proxy, and
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx2
+import mcp.types as types
 
 from proxy.approvals.auth import hash_token
 from tests.support.processes import Process
@@ -81,3 +82,18 @@ async def pending_approval(
                 [item] = items
                 return item
             await anyio.sleep(0.05)
+
+
+async def held_while(agent: Agent, note: str, step: Callable[[], Awaitable[object]]) -> types.CallToolResult:
+    """The agent sends ``delete_note`` (held: it waits for a reviewer) and ``step`` runs meanwhile;
+    returns the call's result once both are done."""
+    results: list[types.CallToolResult] = []
+
+    async def held_call() -> None:
+        results.append(await agent.call("delete_note", {"id": note}))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(held_call)
+        await step()
+    [result] = results
+    return result

@@ -17,6 +17,7 @@ from typing import Any, cast
 import mcp.types as types
 import yaml
 from mcp import Client
+from mcp.client.session import ElicitationFnT
 
 from benchmark.tasks import BenchData
 from guard.approvals import ApprovalRequest, CheckResult, SqlApprovalStore, utcnow
@@ -103,10 +104,15 @@ class Agent:
 
 
 @asynccontextmanager
-async def agent_on(url: str, mode: str) -> AsyncIterator[Agent]:
+async def agent_on(
+    url: str, mode: str, *, elicitation_callback: ElicitationFnT | None = None
+) -> AsyncIterator[Agent]:
     """An agent connected to the MCP endpoint ``url`` in protocol era ``mode``, naming a guard session
-    of its own in the 2026-07-28 era (:func:`era_agent_session`)."""
-    async with Client(url, mode=mode, cache=None, read_timeout_seconds=90) as client:
+    of its own in the 2026-07-28 era (:func:`era_agent_session`); ``elicitation_callback`` answers
+    the questions the server asks it."""
+    async with Client(
+        url, mode=mode, cache=None, read_timeout_seconds=90, elicitation_callback=elicitation_callback
+    ) as client:
         yield Agent(client, era_agent_session(mode))
 
 
