@@ -16,8 +16,8 @@ from benchmark.tasks import BenchData
 from tests.support.processes import RETAIL_SERVE, Process, notes_http, shadowguard_serve
 from tests.support.proxy import (
     MAX_BODY_BYTES,
-    NOTES_POLICY,
     journal_upstream,
+    notes_http_upstream,
     retail_http_upstream,
     write_config,
 )
@@ -84,7 +84,7 @@ def http_proxy(proxy_tmp: Path, upstreams: Upstreams) -> Iterator[Process]:
     config = write_config(
         proxy_tmp / "proxy.yaml",
         [
-            {"name": "notes", "transport": "http", "url": upstreams.notes.url, "policy": str(NOTES_POLICY)},
+            notes_http_upstream(upstreams.notes.url),
             journal_upstream(upstreams.journal.url),
             retail_http_upstream(upstreams.retail.url),
         ],

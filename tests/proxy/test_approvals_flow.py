@@ -49,6 +49,7 @@ from tests.support.approvals import (
 from tests.support.processes import notes_http, shadowguard_serving
 from tests.support.proxy import (
     agent_on,
+    notes_http_upstream,
     notes_rows,
     outcome_meta,
     text,
@@ -118,7 +119,7 @@ def proxy_config(folder: Path, url: str, pack: Path, hook: str, **approvals: Any
     folder.mkdir()
     return write_config(
         folder / "proxy.yaml",
-        [{"name": "notes", "transport": "http", "url": url, "policy": str(pack)}],
+        [notes_http_upstream(url, pack)],
         http={"host": "127.0.0.1", "port": 0},
         audit={"path": "audit.jsonl"},
         approvals={"store": "sqlite:///approvals.db", "poll_s": 0.05, **approvals},

@@ -59,7 +59,14 @@ from tests.support.approvals import (
     session_of,
 )
 from tests.support.processes import notes_http, shadowguard_serving
-from tests.support.proxy import NOTES_APPROVALS_POLICY, agent_on, notes_rows, text, write_config
+from tests.support.proxy import (
+    NOTES_APPROVALS_POLICY,
+    agent_on,
+    notes_http_upstream,
+    notes_rows,
+    text,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 TIMEOUT_S = 60.0
@@ -160,7 +167,7 @@ def proxy_config(folder: Path, url: str, hook: str, **approvals: Any) -> Path:
     folder.mkdir()
     return write_config(
         folder / "proxy.yaml",
-        [{"name": "notes", "transport": "http", "url": url, "policy": str(NOTES_APPROVALS_POLICY)}],
+        [notes_http_upstream(url, NOTES_APPROVALS_POLICY)],
         http={"host": "127.0.0.1", "port": 0},
         audit={"path": "audit.jsonl"},
         telemetry={"exporter": "console"},

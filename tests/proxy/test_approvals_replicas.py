@@ -23,7 +23,14 @@ import pytest
 from guard.approvals import ApprovalState, open_approval_store
 from proxy.approvals.auth import hash_token
 from tests.support.processes import notes_http, shadowguard_serving
-from tests.support.proxy import NOTES_APPROVALS_POLICY, agent_on, notes_rows, text, write_config
+from tests.support.proxy import (
+    NOTES_APPROVALS_POLICY,
+    agent_on,
+    notes_http_upstream,
+    notes_rows,
+    text,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 APPROVER_TOKEN = "approver-" + uuid.uuid4().hex
@@ -50,7 +57,7 @@ def replicas(tmp_path: Path, notes: tuple[Any, Path, Path], store_url: str) -> I
     configs = {
         name: write_config(
             tmp_path / f"{name}.yaml",
-            [{"name": "notes", "transport": "http", "url": upstream.url, "policy": str(pack)}],
+            [notes_http_upstream(upstream.url, pack)],
             http={"host": "127.0.0.1", "port": 0},
             approvals={"store": store_url, "wait_s": 60, "poll_s": 0.05},
             auth={

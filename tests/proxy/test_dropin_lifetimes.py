@@ -35,6 +35,7 @@ from tests.support.proxy import (
     NOTES_POLICY,
     Agent,
     initialize_request,
+    notes_http_upstream,
     notes_rows,
     notes_upstream,
     text,
@@ -164,7 +165,7 @@ async def test_stdio_mode_starts_when_the_configs_port_is_taken(module_tmp: Path
         port = taken.getsockname()[1]
         config = write_config(
             module_tmp / "taken.yaml",
-            [{"name": "notes", "transport": "http", "url": notes.url}],
+            [notes_http_upstream(notes.url, None)],
             http={"host": "127.0.0.1", "port": port},
             approvals={"store": f"sqlite:///{module_tmp / 'taken.db'}"},
         )

@@ -26,10 +26,10 @@ from mcp import Client
 
 from tests.support.processes import SHADOWGUARD, notes_http, shadowguard_serving
 from tests.support.proxy import (
-    NOTES_POLICY,
     Agent,
     agent_on,
     journal_upstream,
+    notes_http_upstream,
     notes_rows,
     request_meta,
     text,
@@ -54,7 +54,7 @@ class Served:
 
 def upstream_configs(notes_url: str, journal_url: str, sql_db: Path) -> list[dict[str, Any]]:
     return [
-        {"name": "notes", "transport": "http", "url": notes_url, "policy": str(NOTES_POLICY)},
+        notes_http_upstream(notes_url),
         journal_upstream(journal_url),
         {
             "name": "db",
@@ -271,7 +271,7 @@ def test_require_reviewers_refuses_to_start_without_one(module_tmp: Path) -> Non
     try:
         config = write_config(
             module_tmp / "require.yaml",
-            [{"name": "notes", "transport": "http", "url": notes.ready().url}],
+            [notes_http_upstream(notes.ready().url, None)],
             http={"host": "127.0.0.1", "port": 0},
             approvals={"require_reviewers": True, "store": f"sqlite:///{module_tmp / 'require.db'}"},
         )

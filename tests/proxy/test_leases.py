@@ -24,9 +24,9 @@ import pytest
 from tests.support.processes import RETAIL_SERVE, NotesServer, Process, kill, shadowguard_serve
 from tests.support.proxy import (
     MODERN,
-    NOTES_POLICY,
     agent_on,
     direct_write,
+    notes_http_upstream,
     notes_rows,
     retail_http_upstream,
     write_config,
@@ -66,7 +66,7 @@ async def test_a_killed_proxys_transaction_is_rolled_back_when_its_lease_lapses(
 ) -> None:
     proxy = proxy_for(
         tmp_path,
-        {"name": "notes", "transport": "http", "url": notes.url, "policy": str(NOTES_POLICY)},
+        notes_http_upstream(notes.url),
     )
     note = f"lease-{uuid.uuid4().hex[:8]}"
     try:
@@ -89,7 +89,7 @@ async def test_a_quiet_agents_transaction_outlives_the_lease(tmp_path: Path, not
     """The proxy renews the lease while the agent sends nothing for several leases."""
     proxy = proxy_for(
         tmp_path,
-        {"name": "notes", "transport": "http", "url": notes.url, "policy": str(NOTES_POLICY)},
+        notes_http_upstream(notes.url),
     )
     note = f"quiet-{uuid.uuid4().hex[:8]}"
     try:

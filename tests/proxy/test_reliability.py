@@ -38,6 +38,7 @@ from tests.support.proxy import (
     MODERN,
     agent_on,
     direct_write,
+    notes_http_upstream,
     notes_rows,
     notes_upstream,
     text,
@@ -97,7 +98,7 @@ def notes(module_tmp: Path) -> Iterator[NotesServer]:
 def proxy(module_tmp: Path, notes: NotesServer, policy: Path) -> Iterator[Any]:
     config = write_config(
         module_tmp / "proxy.yaml",
-        [{"name": "notes", "transport": "http", "url": notes.url, "policy": str(policy)}],
+        [notes_http_upstream(notes.url, policy)],
         http={"host": "127.0.0.1", "port": 0},
         audit={"path": str(module_tmp / "audit.jsonl")},
         approvals={"store": f"sqlite:///{module_tmp / 'approvals.db'}", "wait_s": 0},
@@ -336,7 +337,7 @@ async def test_readyz_is_not_ready_while_the_approval_store_is_down(
     port, redis = redis_server
     config = write_config(
         tmp_path / "ready.yaml",
-        [{"name": "notes", "transport": "http", "url": notes.url, "policy": str(policy)}],
+        [notes_http_upstream(notes.url, policy)],
         http={"host": "127.0.0.1", "port": 0},
         approvals={"store": f"redis://127.0.0.1:{port}/0", "wait_s": 0},
         sessions={"store": f"sqlite:///{tmp_path / 'sessions.db'}"},

@@ -36,7 +36,14 @@ from proxy.config import AgentConfig, AuthConfig, ConfigError, ProxyConfig, Revi
 from proxy.registry import SessionRegistry
 from proxy.server import OUTCOME_META_KEY, GuardProxy
 from tests.support.processes import notes_http, serving
-from tests.support.proxy import NOTES_POLICY, initialize_request, notes_rows, request_meta, write_config
+from tests.support.proxy import (
+    NOTES_POLICY,
+    initialize_request,
+    notes_http_upstream,
+    notes_rows,
+    request_meta,
+    write_config,
+)
 
 TOKENS = {
     "agent-1": "agent-one-sessions-token",
@@ -165,7 +172,7 @@ def running(
 ) -> Iterator[Proxy]:
     folder.mkdir()
     upstreams = [
-        {"name": "notes", "transport": "http", "url": notes["notes"][0], "policy": str(NOTES_POLICY)},
+        notes_http_upstream(notes["notes"][0]),
         {
             "name": "other",
             "transport": "http",

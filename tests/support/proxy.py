@@ -209,6 +209,15 @@ def journal_upstream(url: str) -> dict[str, Any]:
     }
 
 
+def notes_http_upstream(url: str, policy: Path | None = NOTES_POLICY) -> dict[str, Any]:
+    """The notes fixture served at ``url`` as an HTTP upstream named ``notes``, guarded by ``policy``
+    (None: no pack)."""
+    upstream: dict[str, Any] = {"name": "notes", "transport": "http", "url": url}
+    if policy is not None:
+        upstream["policy"] = str(policy)
+    return upstream
+
+
 def retail_http_upstream(url: str) -> dict[str, Any]:
     return {"name": "retail", "transport": "http", "url": url, "policy": str(RETAIL_POLICY)}
 
