@@ -24,6 +24,12 @@ settings.load_profile("shadowguard")
 
 
 @pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    """The async tests (``pytest.mark.anyio``) run on asyncio alone."""
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
 def bench() -> BenchData:
     return resolve_data()
 
@@ -39,7 +45,7 @@ def retail_tasks(bench: BenchData) -> list[Task]:
 
 
 @pytest.fixture(scope="session", params=["sqlite", "postgresql"])
-def database(request: pytest.FixtureRequest) -> Database:
+def database(request: pytest.FixtureRequest) -> Iterator[Database]:
     """Both storage backends; the PostgreSQL one is skipped (failed in strict mode) when the server
     is unreachable (tests.support.services)."""
     if request.param == "postgresql":
@@ -52,7 +58,7 @@ def database(request: pytest.FixtureRequest) -> Database:
 
 
 @pytest.fixture(scope="session")
-def sqlite_db() -> Database:
+def sqlite_db() -> Iterator[Database]:
     db = Database()
     yield db
     db.dispose()

@@ -42,7 +42,7 @@ def _logs() -> list[SessionLog]:
 
 
 def _check(db: Path) -> tuple[Counters, list[str], int]:
-    counters, problems = Counters(), []
+    counters, problems = Counters(), list[str]()
     rounds = check_database(db, _logs(), counters, problems)
     return counters, problems, rounds
 

@@ -56,7 +56,7 @@ def stub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stub]:
 
 
 def llm_config(path: Path, stub: Stub, judge_model: str) -> Path:
-    endpoint = {"base_url": stub.url, "model": "stub-llm", "api_key_env": KEY_ENV}
+    endpoint: dict[str, Any] = {"base_url": stub.url, "model": "stub-llm", "api_key_env": KEY_ENV}
     endpoint |= {"retries": 1, "backoff_max_s": 0.05, "timeout_s": 30}
     raw = {"endpoint": endpoint, "judge": {"model": judge_model}, "max_user_turns": 3}
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")

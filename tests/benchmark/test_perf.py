@@ -16,6 +16,7 @@ from proxy.cli import _mount_benchmark, app
 
 RETAIL = "sandbox_external_retail"
 ROOT = Path(__file__).resolve().parents[2]
+NEGATIVE_TOTALS = "SELECT id FROM external_retail_toolset_oms_models_orders WHERE total_amount < 0"
 
 
 def test_every_golden_call_is_timed_under_every_variant(
@@ -23,17 +24,19 @@ def test_every_golden_call_is_timed_under_every_variant(
 ) -> None:
     tasks = retail_tasks[:2]
     pack = compile_pack(
-        PolicyPackModel(
-            name="one-check",
-            checks=[
-                {
-                    "id": "no_negative_totals",
-                    "source": PolicySource(ref="test"),
-                    "phase": "after_call",
-                    "sql": "SELECT id FROM external_retail_toolset_oms_models_orders WHERE total_amount < 0",
-                    "message": "negative total",
-                }
-            ],
+        PolicyPackModel.model_validate(
+            {
+                "name": "one-check",
+                "checks": [
+                    {
+                        "id": "no_negative_totals",
+                        "source": PolicySource(ref="test"),
+                        "phase": "after_call",
+                        "sql": NEGATIVE_TOTALS,
+                        "message": "negative total",
+                    }
+                ],
+            }
         )
     )
     result = measure_guard_core(bench, sqlite_db, RETAIL, tasks, pack, repeat=1, pack_name="one-check")

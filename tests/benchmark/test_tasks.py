@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -32,15 +34,15 @@ def test_export_has_the_canonical_counts(bench: BenchData) -> None:
     assert all(t.answer.expected is not None for t in tasks)
 
 
-def _write_checkout(root: Path, records: list[dict]) -> None:
-    by_file: dict[str, list[dict]] = {}
+def _write_checkout(root: Path, records: list[dict[str, Any]]) -> None:
+    by_file: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         by_file.setdefault(r["source_file"], []).append(r)
     for source, recs in by_file.items():
         scenario = recs[0]["scenario"]
         parts = [f'"""!\nscenario: {scenario}\n"""\n']
         for r in recs:
-            server: dict = {
+            server: dict[str, Any] = {
                 "data_patch": r["init"]["data_patch"],
                 "golden_test_case": {"tool_interactions": r["golden_tool_interactions"]},
             }
@@ -57,7 +59,7 @@ def _write_checkout(root: Path, records: list[dict]) -> None:
 
 
 @pytest.fixture(scope="module")
-def sample_records(bench: BenchData) -> list[dict]:
+def sample_records(bench: BenchData) -> list[dict[str, Any]]:
     wanted = {"sandbox_external_retail": 2, "external_booking_v1": 1}
     out = []
     with (bench.bundle / "tasks.jsonl").open(encoding="utf-8") as fh:
@@ -72,7 +74,7 @@ def sample_records(bench: BenchData) -> list[dict]:
 
 
 def test_checkout_matches_export(
-    tmp_path: Path, bench: BenchData, sample_records: list[dict], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, bench: BenchData, sample_records: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _write_checkout(tmp_path, sample_records)
     monkeypatch.setenv("SHADOWGUARD_BENCH_BUNDLE", str(bench.bundle))
@@ -92,7 +94,7 @@ def test_checkout_matches_export(
 
 
 def test_checkout_is_parsed_not_executed(
-    tmp_path: Path, sample_records: list[dict], bench: BenchData, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, sample_records: list[dict[str, Any]], bench: BenchData, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _write_checkout(tmp_path, sample_records[:1])
     path = tmp_path / sample_records[0]["source_file"]
@@ -142,7 +144,7 @@ def _export_copy(tmp_path: Path, bench: BenchData, lines: list[str]) -> Path:
     ],
 )
 def test_malformed_export_names_file_task_and_field(
-    tmp_path: Path, bench: BenchData, mutate, message: str
+    tmp_path: Path, bench: BenchData, mutate: Callable[[dict[str, Any]], object], message: str
 ) -> None:
     first = json.loads(_first_line(bench))
     mutate(first)

@@ -126,7 +126,7 @@ def test_inline_ok_leaves_checked_reads_and_round_trip_savepoints_to_the_thread(
     assert inline_ok(journaled, "peek_order", {"order_id": "O1"}, None)
 
 
-CASES = {
+CASES: dict[str, tuple[str, dict[str, Any], int]] = {
     "allowed read": ("get_order", {"order_id": "O1"}, 0),
     "unknown tool": ("no_such_tool", {}, 0),
     "invalid arguments": ("get_order", {"order_id": 7}, 0),

@@ -4,15 +4,14 @@ WAL mode (the notes fixture's setup) with two connections: the session's and ano
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.pool import NullPool
 
+from benchmark.fixtures.notes_server import sqlite_engine
 from guard.classifier import Classifier
 from guard.effects import ToolInfo
 from guard.errors import ErrorClass, LockContention
@@ -61,25 +60,9 @@ PACK = compile_pack(
 )
 
 
-def engine(path: Path, timeout: float) -> sa.Engine:
-    def connect() -> sqlite3.Connection:
-        raw = sqlite3.connect(str(path), timeout=timeout, check_same_thread=False)
-        raw.isolation_level = None
-        raw.execute("PRAGMA journal_mode=WAL")
-        return raw
-
-    made = sa.create_engine("sqlite://", creator=connect, poolclass=NullPool)
-
-    @sa.event.listens_for(made, "begin")
-    def _begin(conn: sa.Connection) -> None:
-        conn.exec_driver_sql("BEGIN")
-
-    return made
-
-
 @pytest.fixture
 def db(tmp_path: Path) -> Iterator[sa.Engine]:
-    made = engine(tmp_path / "notes.sqlite", timeout=0.2)
+    made = sqlite_engine(tmp_path / "notes.sqlite", timeout=0.2)
     with made.begin() as conn:
         metadata.create_all(conn)
         conn.execute(notes.insert(), [{"id": "n1", "body": "one"}, {"id": "n2", "body": "two"}])

@@ -16,7 +16,7 @@ import yaml
 
 from benchmark.envs import Database, Domain, load_domain
 from benchmark.guarded import load_domain_policy
-from benchmark.packtests import load_tests, run_case, uncovered
+from benchmark.packtests import _Case, load_tests, run_case, uncovered
 from benchmark.packtests import tests_path as _tests_file
 from benchmark.tasks import BenchData
 from guard.policy import PolicyPack
@@ -44,10 +44,10 @@ ITEMS = [
     if db == "sqlite" or i % 3 == 0
 ]
 
-_loaded: dict[str, tuple[Domain, PolicyPack, list]] = {}
+_loaded: dict[str, tuple[Domain, PolicyPack, list[_Case]]] = {}
 
 
-def _pack(bench: BenchData, domain: str) -> tuple[Domain, PolicyPack, list]:
+def _pack(bench: BenchData, domain: str) -> tuple[Domain, PolicyPack, list[_Case]]:
     if domain not in _loaded:
         loaded = load_domain(domain, bench.bundle)
         pack = load_domain_policy(POLICIES / domain / "policy.yaml", loaded)

@@ -159,7 +159,8 @@ def test_pack_names_no_record_or_task(spec: Spec) -> None:
 def test_consulting_licence_tool_is_not_retried(bench: BenchData) -> None:
     domain = load_domain("sandbox_consulting", bench.bundle)
     pack = load_domain_policy(POLICIES / "sandbox_consulting" / "policy.yaml", domain)
-    assert pack.retry_for("license_management_api").max_attempts == 1
+    rule = pack.retry_for("license_management_api")
+    assert rule is not None and rule.max_attempts == 1
 
 
 def test_neobank_golden_sample_commits_through_the_pack(bench: BenchData, sqlite_db: Database) -> None:

@@ -4,7 +4,7 @@ middleware, every other path does, and ``/mcp`` keeps its own body limit."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import anyio
 import httpx2
@@ -16,6 +16,7 @@ from proxy.app import create_app
 from proxy.config import ProxyConfig
 from proxy.registry import SessionRegistry
 from proxy.server import GuardProxy
+from tests.support.processes import serving
 
 LIMIT = 4096
 
@@ -34,12 +35,12 @@ class Seen:
         await self.app(scope, receive, send)
 
 
-def test_mcp_requests_skip_the_api_middleware_and_keep_their_body_limit(harness: Any) -> None:
+def test_mcp_requests_skip_the_api_middleware_and_keep_their_body_limit() -> None:
     config = ProxyConfig.model_validate({"http": {"max_body_bytes": LIMIT}})
     app = create_app(GuardProxy([], SessionRegistry()), config, lifespan_runs_proxy=False)
     app.add_middleware(Seen)
     Seen.paths = []
-    with harness.serving(app) as base:
+    with serving(app) as base:
 
         async def agent() -> list[str]:
             async with Client(streamable_http_client(f"{base}/mcp"), cache=None) as client:

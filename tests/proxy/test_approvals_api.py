@@ -23,6 +23,7 @@ from guard.approvals.sql import SqlApprovalStore
 from proxy.approvals.auth import hash_token
 from proxy.config import AgentConfig, AuthConfig, ConfigError, ProxyConfig, ReviewerConfig
 from proxy.server import OUTCOME_META_KEY
+from tests.support.proxy import approvals_app, initialize_request
 
 TOKENS = {
     "alice": "alice-approver-token",
@@ -64,7 +65,7 @@ class Api:
     clock: Clock
     audit_path: Path
     seed: Callable[..., str]
-    """Queues a held refund (the harness's ``refund_request``; keyword arguments replace fields)."""
+    """Queues a held refund (``tests.support.proxy.refund_request``; keyword arguments replace fields)."""
 
     def client(self, who: str | None = None, *, token: str | None = None) -> httpx2.Client:
         headers = {}
@@ -88,10 +89,10 @@ class Api:
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def api(
-    request: pytest.FixtureRequest, tmp_path: Path, harness: Any, approval_store_url: Callable[[str], str]
+    request: pytest.FixtureRequest, tmp_path: Path, approval_store_url: Callable[[str], str]
 ) -> Iterator[Api]:
     clock = Clock()
-    with harness.approvals_app(
+    with approvals_app(
         tmp_path, auth_config(), store_url=approval_store_url(request.param), clock=clock
     ) as app:
         yield Api(app.base, app.store, clock, app.audit_path, app.seed)
@@ -352,8 +353,8 @@ def test_a_reviewer_cannot_decide_their_own_request(api: Api) -> None:
         assert http.post(f"/api/approvals/{own}/approve", json={}).status_code == 200
 
 
-def test_no_reviewers_configured_refuses_everyone(tmp_path: Path, harness: Any) -> None:
-    with harness.approvals_app(tmp_path, AuthConfig()) as app:
+def test_no_reviewers_configured_refuses_everyone(tmp_path: Path) -> None:
+    with approvals_app(tmp_path, AuthConfig()) as app:
         approval_id = app.seed()
         with httpx2.Client(base_url=app.base, headers=bearer("alice")) as http:
             assert "no reviewers" in assert_error(http.get("/api/approvals"), 403, "forbidden")
@@ -361,8 +362,8 @@ def test_no_reviewers_configured_refuses_everyone(tmp_path: Path, harness: Any) 
         assert app.store.get(approval_id).state == "pending"
 
 
-def test_without_an_audit_log_nothing_is_decided(tmp_path: Path, harness: Any) -> None:
-    with harness.approvals_app(tmp_path, auth_config(), audited=False) as app:
+def test_without_an_audit_log_nothing_is_decided(tmp_path: Path) -> None:
+    with approvals_app(tmp_path, auth_config(), audited=False) as app:
         approval_id = app.seed()
         with httpx2.Client(base_url=app.base, headers=bearer("alice")) as http:
             assert http.get("/api/approvals").status_code == 200
@@ -497,13 +498,13 @@ def test_auth_config_refuses_shared_and_duplicate_tokens(tmp_path: Path) -> None
 
 
 @pytest.fixture
-def mcp_server(tmp_path: Path, harness: Any) -> Iterator[str]:
-    with harness.approvals_app(tmp_path, auth_config()) as app:
+def mcp_server(tmp_path: Path) -> Iterator[str]:
+    with approvals_app(tmp_path, auth_config()) as app:
         yield app.base
 
 
-def test_mcp_needs_an_agent_token(mcp_server: str, harness: Any) -> None:
-    initialize = harness.initialize_request()
+def test_mcp_needs_an_agent_token(mcp_server: str) -> None:
+    initialize = initialize_request()
     headers = {"Accept": "application/json, text/event-stream"}
     with httpx2.Client(base_url=mcp_server, headers=headers) as http:
         for token in (None, TOKENS["alice"], TOKENS["victor"], "nope"):
@@ -522,11 +523,6 @@ def test_mcp_needs_an_agent_token(mcp_server: str, harness: Any) -> None:
         assert mine.status_code == 200, mine.text
         theirs = http.post("/mcp", json=ping, headers={**own, **bearer("agent-2")})
         assert theirs.status_code == 404, "a session is bound to the agent that opened it"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.mark.anyio

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from proxy.approvals.auth import authenticate_agent, authenticate_reviewer, hash_token
 from proxy.cli import app as cli_app
 from proxy.config import AuthConfig, ProxyConfig, ReviewerConfig
+from tests.support.proxy import approvals_app
 
 ALICE = "alice-cli-token"
 VICTOR = "victor-cli-token"
@@ -25,15 +26,15 @@ SHADOWGUARD = str(Path(sys.executable).parent / "shadowguard")
 
 
 @pytest.fixture
-def setup(tmp_path: Path, harness: Any) -> Iterator[Any]:
-    """The app served over a SQLite store (``harness.approvals_app``): ``base``, ``store``, ``seed()``."""
+def setup(tmp_path: Path) -> Iterator[Any]:
+    """The app served over a SQLite store (``approvals_app``): ``base``, ``store``, ``seed()``."""
     auth = AuthConfig(
         reviewers=[
             ReviewerConfig(name="alice", role="approver", token_sha256=hash_token(ALICE)),
             ReviewerConfig(name="victor", role="viewer", token_sha256=hash_token(VICTOR)),
         ]
     )
-    with harness.approvals_app(tmp_path, auth) as app:
+    with approvals_app(tmp_path, auth) as app:
         yield app
 
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,18 +31,33 @@ import anyio
 import httpx2
 import mcp.types as types
 import pytest
-from mcp import Client, MCPError
+from mcp import MCPError
 
 from guard.approvals import ApprovalQuery, ApprovalRequest, ApprovalState, SqlApprovalStore
 from guard.models import EffectClass
-from proxy.approvals.auth import hash_token
 from proxy.held import HeldCalls
 from proxy.server import MAX_INPUT_ROUNDS
+from tests.support.approvals import (
+    REVIEWERS_AUTH,
+    api,
+    committed_note,
+    decide,
+    held_while,
+    pending_approval,
+    session_of,
+)
+from tests.support.processes import notes_http, shadowguard_serving
+from tests.support.proxy import (
+    agent_on,
+    notes_http_upstream,
+    notes_rows,
+    outcome_meta,
+    text,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 ERAS = ["legacy", "2026-07-28"]
-APPROVER_TOKEN = "approver-" + uuid.uuid4().hex
-VIEWER_TOKEN = "viewer-" + uuid.uuid4().hex
 POLICY = """\
 version: 1
 name: notes-approvals
@@ -60,11 +75,6 @@ approvals:
     tools: [delete_note]
 """
 DECIDE_TIMEOUT_S = 60.0
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @dataclass
@@ -105,30 +115,25 @@ def webhook_receiver(notices: Notices) -> ThreadingHTTPServer:
     return ThreadingHTTPServer(("127.0.0.1", 0), Receive)
 
 
-def proxy_config(harness: Any, folder: Path, url: str, pack: Path, hook: str, **approvals: Any) -> Path:
+def proxy_config(folder: Path, url: str, pack: Path, hook: str, **approvals: Any) -> Path:
     folder.mkdir()
-    return harness.write_config(
+    return write_config(
         folder / "proxy.yaml",
-        [{"name": "notes", "transport": "http", "url": url, "policy": str(pack)}],
+        [notes_http_upstream(url, pack)],
         http={"host": "127.0.0.1", "port": 0},
         audit={"path": "audit.jsonl"},
         approvals={"store": "sqlite:///approvals.db", "poll_s": 0.05, **approvals},
         webhook={"url": hook},
-        auth={
-            "reviewers": [
-                {"name": "maria", "role": "approver", "token_sha256": hash_token(APPROVER_TOKEN)},
-                {"name": "victor", "role": "viewer", "token_sha256": hash_token(VIEWER_TOKEN)},
-            ]
-        },
+        auth=REVIEWERS_AUTH,
     )
 
 
 @pytest.fixture(scope="module")
-def flow(module_tmp: Path, harness: Any) -> Iterator[Flow]:
+def flow(module_tmp: Path) -> Iterator[Flow]:
     db = module_tmp / "notes.sqlite"
     pack = module_tmp / "notes-approvals.yaml"
     pack.write_text(POLICY, encoding="utf-8")
-    notes = harness.notes_http(db).ready()
+    notes = notes_http(db).ready()
     settings = {
         "waiting": {"wait_s": 30, "expires_after_s": 300},
         "immediate": {"wait_s": 0, "expires_after_s": 300},
@@ -140,10 +145,10 @@ def flow(module_tmp: Path, harness: Any) -> Iterator[Flow]:
     hook = f"http://127.0.0.1:{receiver.server_address[1]}/hooks/approvals"
     try:
         configs = {
-            name: proxy_config(harness, module_tmp / name, notes.url, pack, hook, **approvals)
+            name: proxy_config(module_tmp / name, notes.url, pack, hook, **approvals)
             for name, approvals in settings.items()
         }
-        with harness.shadowguard_serving(configs) as proxies:
+        with shadowguard_serving(configs) as proxies:
             yield Flow(
                 db=db,
                 proxies=proxies,
@@ -157,26 +162,12 @@ def flow(module_tmp: Path, harness: Any) -> Iterator[Flow]:
         receiver.server_close()
 
 
-@asynccontextmanager
-async def api(process: Any) -> AsyncIterator[httpx2.AsyncClient]:
-    async with httpx2.AsyncClient(base_url=process.base, timeout=30) as http:
-        yield http
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
 async def refused(agent: Any, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
     """The guard's verdict on a call sent with ``meta`` that must come back as an error."""
     result = await agent.call(name, arguments, meta=meta)
     assert result.is_error, result
     assert result.structured_content is not None, result
     return dict(result.structured_content)
-
-
-def outcome_meta(result: Any) -> dict[str, Any]:
-    return dict((result.meta or {})["shadowguard/outcome"])
 
 
 @contextmanager
@@ -201,58 +192,18 @@ def audit(flow: Flow, name: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in flow.audits[name].read_text().splitlines()]
 
 
-async def session_of(agent: Any) -> str:
-    """The guard session id the proxy gives this agent (a read names it in the outcome)."""
-    return str(outcome_meta(await agent.call("list_notes"))["session"])
-
-
-async def committed_note(harness: Any, flow: Flow, agent: Any, note: str, body: str = "keep me") -> None:
-    await agent.ok("put_note", {"id": note, "body": body, "status": "published"})
-    committed = await agent.call("commit")
-    assert not committed.is_error, harness.text(committed)
-    assert note in harness.notes_rows(flow.db)
-
-
-async def pending_approval(http: httpx2.AsyncClient, session_id: str) -> dict[str, Any]:
-    """The session's pending request, once the held call has made it (read through the API)."""
-    with anyio.fail_after(DECIDE_TIMEOUT_S):
-        while True:
-            listed = await http.get(
-                "/api/approvals",
-                params={"state": "pending", "session_id": session_id},
-                headers=bearer(VIEWER_TOKEN),
-            )
-            assert listed.status_code == 200, listed.text
-            items: list[dict[str, Any]] = listed.json()["items"]
-            if items:
-                assert len(items) == 1, items
-                return items[0]
-            await anyio.sleep(0.05)
-
-
-async def decide(http: httpx2.AsyncClient, approval_id: str, decision: str, reason: str | None) -> None:
-    answer = await http.post(
-        f"/api/approvals/{approval_id}/{decision}", json={"reason": reason}, headers=bearer(APPROVER_TOKEN)
-    )
-    assert answer.status_code == 200, answer.text
-    assert answer.json()["state"] == ("approved" if decision == "approve" else "rejected")
-
-
 async def call_while_deciding(
     agent: Any, http: httpx2.AsyncClient, session_id: str, note: str, decision: str, reason: str | None
 ) -> tuple[Any, dict[str, Any]]:
     """Send ``delete_note`` (it waits for a reviewer) and decide it through the API meanwhile."""
-    results: list[Any] = []
+    pending: dict[str, Any] = {}
 
-    async def held_call() -> None:
-        results.append(await agent.call("delete_note", {"id": note}))
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(held_call)
-        pending = await pending_approval(http, session_id)
+    async def deciding() -> None:
+        pending.update(await pending_approval(http, session_id))
         assert pending["tool"] == "delete_note" and pending["arguments"] == {"id": note}
         await decide(http, pending["id"], decision, reason)
-    return results[0], pending
+
+    return await held_while(agent, note, deciding), pending
 
 
 # -- a waiting call released by the reviewer's decision -----------------------------------------------------
@@ -260,22 +211,18 @@ async def call_while_deciding(
 
 @pytest.mark.parametrize("mode", ERAS)
 async def test_approved_through_the_api_the_waiting_call_runs_once_then_commits(
-    flow: Flow, harness: Any, mode: str
+    flow: Flow, mode: str
 ) -> None:
     proxy, note = flow.proxies["waiting"], f"{mode[:3]}-{uuid.uuid4().hex[:8]}"
-    async with harness.agent_on(proxy.url, mode) as agent, api(proxy) as http:
-        await committed_note(harness, flow, agent, note)
+    async with agent_on(proxy.url, mode) as agent, api(proxy) as http:
+        await committed_note(agent, flow.db, note)
         session_id = await session_of(agent)
-        results: list[Any] = []
+        pending: dict[str, Any] = {}
 
-        async def held_call() -> None:
-            results.append(await agent.call("delete_note", {"id": note}))
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(held_call)
-            pending = await pending_approval(http, session_id)
+        async def deciding() -> None:
+            pending.update(await pending_approval(http, session_id))
             # While a person decides: nothing is done, nothing is locked, and a commit is refused.
-            assert note in harness.notes_rows(flow.db)
+            assert note in notes_rows(flow.db)
             assert pending["rehearsed"] is True and pending["rule_id"] == "notes.delete_needs_review"
             assert [(c["table"], c["key"], c["op"]) for c in pending["preview"]["changes"]] == [
                 ("notes", note, "delete")
@@ -286,28 +233,28 @@ async def test_approved_through_the_api_the_waiting_call_runs_once_then_commits(
             assert refused["committed"] is False
             assert [v["rule_id"] for v in refused["violations"]] == ["approval_pending"]
             assert pending["id"] in refused["violations"][0]["message"]
-            assert note in harness.notes_rows(flow.db)
+            assert note in notes_rows(flow.db)
             await decide(http, pending["id"], "approve", "Checked with the author.")
 
-        [released] = results
-        assert not released.is_error, harness.text(released)
-        assert json.loads(harness.text(released)) == {"deleted": note}
+        released = await held_while(agent, note, deciding)
+        assert not released.is_error, text(released)
+        assert json.loads(text(released)) == {"deleted": note}
         stamp = outcome_meta(released)
         assert (stamp["verdict"], stamp["approval_id"], stamp["approval_state"]) == (
             "allowed",
             pending["id"],
             "used",
         )
-        assert note in harness.notes_rows(flow.db), "run in the session's transaction, not committed yet"
+        assert note in notes_rows(flow.db), "run in the session's transaction, not committed yet"
         committed = await agent.call("commit")
-        assert not committed.is_error, harness.text(committed)
+        assert not committed.is_error, text(committed)
         assert committed.structured_content == {
             "committed": True,
             "changes": 1,
             "applied_calls": 0,
             "violations": [],
         }
-    assert note not in harness.notes_rows(flow.db)
+    assert note not in notes_rows(flow.db)
 
     with store_of(flow, "waiting") as store:
         used = store.get(pending["id"])
@@ -322,12 +269,10 @@ async def test_approved_through_the_api_the_waiting_call_runs_once_then_commits(
     ]
 
 
-async def test_rejected_through_the_api_the_reason_reaches_the_waiting_agent(
-    flow: Flow, harness: Any
-) -> None:
+async def test_rejected_through_the_api_the_reason_reaches_the_waiting_agent(flow: Flow) -> None:
     proxy, note = flow.proxies["waiting"], f"rej-{uuid.uuid4().hex[:8]}"
-    async with harness.agent_on(proxy.url, "2026-07-28") as agent, api(proxy) as http:
-        await committed_note(harness, flow, agent, note)
+    async with agent_on(proxy.url, "2026-07-28") as agent, api(proxy) as http:
+        await committed_note(agent, flow.db, note)
         session_id = await session_of(agent)
         rejected, pending = await call_while_deciding(
             agent, http, session_id, note, "reject", "This note is under legal hold."
@@ -337,24 +282,24 @@ async def test_rejected_through_the_api_the_reason_reaches_the_waiting_agent(
         assert verdict is not None
         assert (verdict["verdict"], verdict["error_class"]) == ("refused", "approval_rejected")
         assert verdict["approval_id"] == pending["id"] and verdict["approval_state"] == "rejected"
-        assert "This note is under legal hold." in harness.text(rejected)
-        assert "by maria" in harness.text(rejected)
+        assert "This note is under legal hold." in text(rejected)
+        assert "by maria" in text(rejected)
         committed = await agent.call("commit")
         assert not committed.is_error and committed.structured_content is not None
         assert committed.structured_content["changes"] == 0
-    assert note in harness.notes_rows(flow.db), "a rejected call is not done"
+    assert note in notes_rows(flow.db), "a rejected call is not done"
 
 
-async def test_expired_while_waiting_nothing_is_done(flow: Flow, harness: Any) -> None:
+async def test_expired_while_waiting_nothing_is_done(flow: Flow) -> None:
     proxy, note = flow.proxies["expiring"], f"exp-{uuid.uuid4().hex[:8]}"
-    async with harness.agent_on(proxy.url, "legacy") as agent:
-        await committed_note(harness, flow, agent, note)
+    async with agent_on(proxy.url, "legacy") as agent:
+        await committed_note(agent, flow.db, note)
         expired = await agent.refused("delete_note", {"id": note})
         assert (expired["verdict"], expired["error_class"]) == ("refused", "approval_expired")
         assert expired["approval_state"] == "expired"
         assert "was not done" in expired["violations"][0]["message"]
         assert not (await agent.call("commit")).is_error
-    assert note in harness.notes_rows(flow.db)
+    assert note in notes_rows(flow.db)
     with store_of(flow, "expiring") as store:
         assert store.get(expired["approval_id"]).state is ApprovalState.EXPIRED
 
@@ -363,10 +308,10 @@ async def test_expired_while_waiting_nothing_is_done(flow: Flow, harness: Any) -
 
 
 @pytest.mark.parametrize("mode", ERAS)
-async def test_pending_at_once_then_sent_again_after_approval(flow: Flow, harness: Any, mode: str) -> None:
+async def test_pending_at_once_then_sent_again_after_approval(flow: Flow, mode: str) -> None:
     proxy, note = flow.proxies["immediate"], f"{mode[:3]}-{uuid.uuid4().hex[:8]}"
-    async with harness.agent_on(proxy.url, mode) as agent, api(proxy) as http:
-        await committed_note(harness, flow, agent, note)
+    async with agent_on(proxy.url, mode) as agent, api(proxy) as http:
+        await committed_note(agent, flow.db, note)
         held = await agent.call("delete_note", {"id": note})
         assert held.is_error
         verdict = held.structured_content
@@ -376,9 +321,9 @@ async def test_pending_at_once_then_sent_again_after_approval(flow: Flow, harnes
         stamp = outcome_meta(held)
         assert (stamp["approval_id"], stamp["approval_state"]) == (approval_id, "pending")
         assert stamp["approval_expires_at"] == verdict["approval_expires_at"]
-        text = harness.text(held)
-        assert approval_id in text and verdict["approval_expires_at"] in text
-        assert "send exactly the same call again" in text and "Do not change the arguments" in text
+        shown = text(held)
+        assert approval_id in shown and verdict["approval_expires_at"] in shown
+        assert "send exactly the same call again" in shown and "Do not change the arguments" in shown
         assert verdict["hint"]["retryable"] is True
         with anyio.fail_after(DECIDE_TIMEOUT_S):
             while not flow.notices.of(approval_id):
@@ -395,11 +340,11 @@ async def test_pending_at_once_then_sent_again_after_approval(flow: Flow, harnes
         refused_commit = await agent.call("commit")
         assert refused_commit.is_error and refused_commit.structured_content is not None
         assert [v["rule_id"] for v in refused_commit.structured_content["violations"]] == ["approval_pending"]
-        assert note in harness.notes_rows(flow.db)
+        assert note in notes_rows(flow.db)
 
         await decide(http, approval_id, "approve", None)
         ran = await agent.call("delete_note", {"id": note})
-        assert not ran.is_error, harness.text(ran)
+        assert not ran.is_error, text(ran)
         assert (outcome_meta(ran)["approval_id"], outcome_meta(ran)["approval_state"]) == (
             approval_id,
             "used",
@@ -408,16 +353,16 @@ async def test_pending_at_once_then_sent_again_after_approval(flow: Flow, harnes
         reused = await refused(agent, "delete_note", {"id": note}, meta={"shadowguard/approval": approval_id})
         assert (reused["error_class"], reused["violations"][0]["rule_id"]) == ("conflict", "approval_used")
         committed = await agent.call("commit")
-        assert not committed.is_error, harness.text(committed)
-    assert note not in harness.notes_rows(flow.db)
+        assert not committed.is_error, text(committed)
+    assert note not in notes_rows(flow.db)
 
 
-async def test_ids_that_do_not_fit_are_refused_and_nothing_is_done(flow: Flow, harness: Any) -> None:
+async def test_ids_that_do_not_fit_are_refused_and_nothing_is_done(flow: Flow) -> None:
     proxy, n = flow.proxies["immediate"], uuid.uuid4().hex[:8]
     kept, other = f"fit-{n}-a", f"fit-{n}-b"
-    async with harness.agent_on(proxy.url, "2026-07-28") as agent, api(proxy) as http:
-        await committed_note(harness, flow, agent, kept)
-        await committed_note(harness, flow, agent, other)
+    async with agent_on(proxy.url, "2026-07-28") as agent, api(proxy) as http:
+        await committed_note(agent, flow.db, kept)
+        await committed_note(agent, flow.db, other)
         approval_id = (await agent.refused("delete_note", {"id": kept}))["approval_id"]
         await decide(http, approval_id, "approve", None)
 
@@ -436,27 +381,25 @@ async def test_ids_that_do_not_fit_are_refused_and_nothing_is_done(flow: Flow, h
             await agent.call("delete_note", {"id": kept}, meta={"shadowguard/approval": 7})
         assert bad.value.code == -32602 and "shadowguard/approval" in bad.value.message
 
-        async with harness.agent_on(proxy.url, "2026-07-28") as intruder:
+        async with agent_on(proxy.url, "2026-07-28") as intruder:
             stolen = await refused(
                 intruder, "delete_note", {"id": kept}, meta={"shadowguard/approval": approval_id}
             )
             assert stolen["error_class"] == "permission_denied"
         assert not (await agent.call("commit")).is_error
-        assert {kept, other} <= set(harness.notes_rows(flow.db))
+        assert {kept, other} <= set(notes_rows(flow.db))
 
         ran = await agent.call("delete_note", {"id": kept}, meta={"shadowguard/approval": approval_id})
-        assert not ran.is_error, harness.text(ran)
+        assert not ran.is_error, text(ran)
         assert not (await agent.call("commit")).is_error
-    rows = harness.notes_rows(flow.db)
+    rows = notes_rows(flow.db)
     assert kept not in rows and other in rows
 
 
-async def test_a_change_set_that_moved_since_the_rehearsal_returns_to_review(
-    flow: Flow, harness: Any
-) -> None:
+async def test_a_change_set_that_moved_since_the_rehearsal_returns_to_review(flow: Flow) -> None:
     proxy, note = flow.proxies["immediate"], f"moved-{uuid.uuid4().hex[:8]}"
-    async with harness.agent_on(proxy.url, "legacy") as agent, api(proxy) as http:
-        await committed_note(harness, flow, agent, note, body="as reviewed")
+    async with agent_on(proxy.url, "legacy") as agent, api(proxy) as http:
+        await committed_note(agent, flow.db, note, body="as reviewed")
         first = (await agent.refused("delete_note", {"id": note}))["approval_id"]
         await decide(http, first, "approve", None)
         # The note changes after the rehearsal: deleting it now would delete something else.
@@ -477,13 +420,13 @@ async def test_a_change_set_that_moved_since_the_rehearsal_returns_to_review(
         await decide(http, moved["approval_id"], "approve", None)
         assert not (await agent.call("delete_note", {"id": note})).is_error
         assert not (await agent.call("commit")).is_error
-    assert note not in harness.notes_rows(flow.db)
+    assert note not in notes_rows(flow.db)
 
 
-async def test_a_rollback_cancels_the_sessions_pending_requests(flow: Flow, harness: Any) -> None:
+async def test_a_rollback_cancels_the_sessions_pending_requests(flow: Flow) -> None:
     proxy, note = flow.proxies["immediate"], f"cancel-{uuid.uuid4().hex[:8]}"
-    async with harness.agent_on(proxy.url, "2026-07-28") as agent:
-        await committed_note(harness, flow, agent, note)
+    async with agent_on(proxy.url, "2026-07-28") as agent:
+        await committed_note(agent, flow.db, note)
         approval_id = (await agent.refused("delete_note", {"id": note}))["approval_id"]
         assert not (await agent.call("rollback")).is_error
         assert_cancelled(flow, approval_id, "rolled its session back")
@@ -496,12 +439,10 @@ async def test_a_rollback_cancels_the_sessions_pending_requests(flow: Flow, harn
         asked_again = await agent.refused("delete_note", {"id": note})
         assert asked_again["verdict"] == "held" and asked_again["approval_id"] != approval_id
         await agent.call("rollback")
-    assert note in harness.notes_rows(flow.db)
+    assert note in notes_rows(flow.db)
 
 
-async def test_a_client_that_can_answer_input_requests_is_asked_to_check_again(
-    flow: Flow, harness: Any
-) -> None:
+async def test_a_client_that_can_answer_input_requests_is_asked_to_check_again(flow: Flow) -> None:
     """2026-07-28 with elicitation: a pending call is an input request; answering it never approves."""
     proxy, note = flow.proxies["immediate"], f"ask-{uuid.uuid4().hex[:8]}"
     asked: list[str] = []
@@ -512,29 +453,24 @@ async def test_a_client_that_can_answer_input_requests_is_asked_to_check_again(
             approval_id = params.message.split("approval ", 1)[1].split(" ", 1)[0]
             if len(asked) == 1:
                 # Accepting alone must not run it: the retried call is held again.
-                assert note in harness.notes_rows(flow.db)
+                assert note in notes_rows(flow.db)
             else:
                 await decide(http, approval_id, "approve", None)
             return types.ElicitResult(action="accept", content={})
 
-        async with Client(
-            proxy.url, mode="2026-07-28", cache=None, elicitation_callback=answer, read_timeout_seconds=90
-        ) as client:
-            agent = harness.Agent(client, harness.era_agent_session("2026-07-28"))
-            await committed_note(harness, flow, agent, note)
+        async with agent_on(proxy.url, "2026-07-28", elicitation_callback=answer) as agent:
+            await committed_note(agent, flow.db, note)
             ran = await agent.call("delete_note", {"id": note})
-            assert not ran.is_error, harness.text(ran)
+            assert not ran.is_error, text(ran)
             assert len(asked) == 2 and "accept to check again" in asked[0].lower()
             assert "Answering does not approve it" in asked[0]
             stamp = outcome_meta(ran)
             assert stamp["approval_state"] == "used" and stamp["approval_id"] in asked[0]
             assert not (await agent.call("commit")).is_error
-    assert note not in harness.notes_rows(flow.db)
+    assert note not in notes_rows(flow.db)
 
 
-async def test_a_client_that_keeps_answering_gets_the_held_result_not_a_rounds_error(
-    flow: Flow, harness: Any
-) -> None:
+async def test_a_client_that_keeps_answering_gets_the_held_result_not_a_rounds_error(flow: Flow) -> None:
     """The SDK client gives up after 10 input rounds (InputRequiredRoundsExceededError): the proxy asks
     at most MAX_INPUT_ROUNDS times, then answers with the held result the agent can act on."""
     proxy, note = flow.proxies["immediate"], f"rounds-{uuid.uuid4().hex[:8]}"
@@ -544,26 +480,23 @@ async def test_a_client_that_keeps_answering_gets_the_held_result_not_a_rounds_e
         asked.append(params.message)
         return types.ElicitResult(action="accept", content={})
 
-    async with Client(
-        proxy.url, mode="2026-07-28", cache=None, elicitation_callback=answer, read_timeout_seconds=90
-    ) as client:
-        agent = harness.Agent(client, harness.era_agent_session("2026-07-28"))
-        await committed_note(harness, flow, agent, note)
+    async with agent_on(proxy.url, "2026-07-28", elicitation_callback=answer) as agent:
+        await committed_note(agent, flow.db, note)
         held = await agent.refused("delete_note", {"id": note})
         assert held["verdict"] == "held" and held["approval_state"] == "pending"
         assert len(asked) == MAX_INPUT_ROUNDS
         await agent.call("rollback")
-    assert note in harness.notes_rows(flow.db)
+    assert note in notes_rows(flow.db)
 
 
-async def test_closing_the_connection_cancels_the_sessions_pending_requests(flow: Flow, harness: Any) -> None:
+async def test_closing_the_connection_cancels_the_sessions_pending_requests(flow: Flow) -> None:
     proxy, note = flow.proxies["immediate"], f"closed-{uuid.uuid4().hex[:8]}"
-    async with harness.agent_on(proxy.url, "legacy") as agent:
-        await committed_note(harness, flow, agent, note)
+    async with agent_on(proxy.url, "legacy") as agent:
+        await committed_note(agent, flow.db, note)
         approval_id = (await agent.refused("delete_note", {"id": note}))["approval_id"]
     # The client ended its HTTP session (DELETE /mcp): the guard session ended with it.
     assert_cancelled(flow, approval_id, "connection closed")
-    assert note in harness.notes_rows(flow.db)
+    assert note in notes_rows(flow.db)
 
 
 async def test_the_sweep_expires_requests_nobody_reads(tmp_path: Path) -> None:

@@ -23,9 +23,8 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -48,11 +47,28 @@ from guard.approvals import (
 )
 from guard.approvals.transitions import TransitionStore
 from guard.models import EffectClass
-from proxy.approvals.auth import hash_token
+from tests.support.approvals import (
+    REVIEWERS_AUTH,
+    VIEWER_TOKEN,
+    api,
+    bearer,
+    committed_note,
+    decide,
+    held_while,
+    pending_approval,
+    session_of,
+)
+from tests.support.processes import notes_http, shadowguard_serving
+from tests.support.proxy import (
+    NOTES_APPROVALS_POLICY,
+    agent_on,
+    notes_http_upstream,
+    notes_rows,
+    text,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
-APPROVER_TOKEN = "approver-" + uuid.uuid4().hex
-VIEWER_TOKEN = "viewer-" + uuid.uuid4().hex
 TIMEOUT_S = 60.0
 ERA = "2026-07-28"
 
@@ -66,11 +82,6 @@ DELIVERIES = "shadowguard_webhook_deliveries_total"
 OUTCOMES = ("used", "returned_to_review", "expired", "cancelled")
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @dataclass
@@ -122,9 +133,9 @@ class Rig:
 
 
 @pytest.fixture(scope="module")
-def rig(module_tmp: Path, harness: Any) -> Iterator[Rig]:
+def rig(module_tmp: Path) -> Iterator[Rig]:
     db = module_tmp / "notes.sqlite"
-    notes = harness.notes_http(db).ready()
+    notes = notes_http(db).ready()
     taking, failing = Receiver(204), Receiver(500)
     hooks = {"taking": taking.start(), "failing": failing.start()}
     settings = {
@@ -134,10 +145,10 @@ def rig(module_tmp: Path, harness: Any) -> Iterator[Rig]:
     }
     try:
         configs = {
-            name: proxy_config(harness, module_tmp / name, notes.url, hooks[hook], **approvals)
+            name: proxy_config(module_tmp / name, notes.url, hooks[hook], **approvals)
             for name, (approvals, hook) in settings.items()
         }
-        with harness.shadowguard_serving(configs) as proxies:
+        with shadowguard_serving(configs) as proxies:
             yield Rig(
                 db=db,
                 proxies=proxies,
@@ -150,38 +161,23 @@ def rig(module_tmp: Path, harness: Any) -> Iterator[Rig]:
         failing.stop()
 
 
-def proxy_config(harness: Any, folder: Path, url: str, hook: str, **approvals: Any) -> Path:
+def proxy_config(folder: Path, url: str, hook: str, **approvals: Any) -> Path:
     """A proxy on ``url`` with the notes approvals pack, its spans on the console, its store swept every
     0.2 s, its notices sent to ``hook`` (two attempts)."""
     folder.mkdir()
-    return harness.write_config(
+    return write_config(
         folder / "proxy.yaml",
-        [{"name": "notes", "transport": "http", "url": url, "policy": str(harness.notes_approvals_policy)}],
+        [notes_http_upstream(url, NOTES_APPROVALS_POLICY)],
         http={"host": "127.0.0.1", "port": 0},
         audit={"path": "audit.jsonl"},
         telemetry={"exporter": "console"},
         approvals={"store": "sqlite:///approvals.db", "poll_s": 0.05, "sweep_s": 0.2, **approvals},
         webhook={"url": hook, "max_attempts": 2},
-        auth={
-            "reviewers": [
-                {"name": "maria", "role": "approver", "token_sha256": hash_token(APPROVER_TOKEN)},
-                {"name": "victor", "role": "viewer", "token_sha256": hash_token(VIEWER_TOKEN)},
-            ]
-        },
+        auth=REVIEWERS_AUTH,
     )
 
 
 # -- helpers --------------------------------------------------------------------------------------------
-
-
-@asynccontextmanager
-async def api(proxy: Any) -> AsyncIterator[httpx2.AsyncClient]:
-    async with httpx2.AsyncClient(base_url=proxy.base, timeout=30) as http:
-        yield http
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 async def scrape(http: httpx2.AsyncClient) -> Samples:
@@ -222,57 +218,6 @@ def finished(before: Samples, after: Samples) -> dict[str, float]:
     return {outcome: moved(before, after, FINISHED, outcome=outcome) for outcome in OUTCOMES}
 
 
-async def committed_note(harness: Any, rig: Rig, agent: Any, note: str) -> str:
-    """Commit a note; returns the agent's guard session id."""
-    await agent.ok("put_note", {"id": note, "body": "keep me", "status": "published"})
-    committed = await agent.call("commit")
-    assert not committed.is_error, harness.text(committed)
-    assert note in harness.notes_rows(rig.db)
-    listed = await agent.call("list_notes")
-    return str(dict((listed.meta or {})["shadowguard/outcome"])["session"])
-
-
-async def pending_approval(
-    http: httpx2.AsyncClient, session_id: str, *, other_than: str | None = None
-) -> Any:
-    """The session's pending request, once a held call has made it (read through the API)."""
-    with anyio.fail_after(TIMEOUT_S):
-        while True:
-            listed = await http.get(
-                "/api/approvals",
-                params={"state": "pending", "session_id": session_id},
-                headers=bearer(VIEWER_TOKEN),
-            )
-            assert listed.status_code == 200, listed.text
-            items = [a for a in listed.json()["items"] if a["id"] != other_than]
-            if items:
-                [item] = items
-                return item
-            await anyio.sleep(0.05)
-
-
-async def decide(http: httpx2.AsyncClient, approval_id: str, decision: str, reason: str | None) -> Any:
-    answer = await http.post(
-        f"/api/approvals/{approval_id}/{decision}", json={"reason": reason}, headers=bearer(APPROVER_TOKEN)
-    )
-    assert answer.status_code == 200, answer.text
-    return answer.json()
-
-
-async def held_while(agent: Any, note: str, step: Callable[[], Any]) -> Any:
-    """Send ``delete_note`` (held: it waits) and run ``step`` meanwhile; returns the call's result."""
-    results: list[Any] = []
-
-    async def held_call() -> None:
-        results.append(await agent.call("delete_note", {"id": note}))
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(held_call)
-        await step()
-    [result] = results
-    return result
-
-
 def spans(proxy: Any, name: str) -> list[dict[str, Any]]:
     """The spans called ``name`` the console exporter printed to the proxy's log."""
     text = proxy.log.read_text(errors="replace")
@@ -300,12 +245,11 @@ def seconds_between(approval: dict[str, Any]) -> float:
 # -- decisions a waiting call sees ----------------------------------------------------------------------
 
 
-async def test_an_approved_waiting_call_is_requested_decided_timed_used_and_traced(
-    rig: Rig, harness: Any
-) -> None:
+async def test_an_approved_waiting_call_is_requested_decided_timed_used_and_traced(rig: Rig) -> None:
     proxy, note = rig.proxies["waiting"], f"ok-{uuid.uuid4().hex[:8]}"
-    async with harness.agent_on(proxy.url, ERA) as agent, api(proxy) as http:
-        session_id = await committed_note(harness, rig, agent, note)
+    async with agent_on(proxy.url, ERA) as agent, api(proxy) as http:
+        await committed_note(agent, rig.db, note)
+        session_id = await session_of(agent)
         before = await scrape(http)
         pending: dict[str, Any] = {}
 
@@ -316,7 +260,7 @@ async def test_an_approved_waiting_call_is_requested_decided_timed_used_and_trac
             await decide(http, pending["id"], "approve", "Checked with the author.")
 
         ran = await held_while(agent, note, approve)
-        assert not ran.is_error, harness.text(ran)
+        assert not ran.is_error, text(ran)
         assert dict((ran.meta or {})["shadowguard/outcome"])["approval_state"] == "used"
         assert not (await agent.call("commit")).is_error
         decided = (await http.get(f"/api/approvals/{pending['id']}", headers=bearer(VIEWER_TOKEN))).json()
@@ -335,7 +279,7 @@ async def test_an_approved_waiting_call_is_requested_decided_timed_used_and_trac
     )
     assert moved(before, after, WAITED + "_bucket", decision="approved", le="86400.0") == 1
     assert moved(before, after, DELIVERIES, result="failed") == 0
-    assert note not in harness.notes_rows(rig.db)
+    assert note not in notes_rows(rig.db)
 
     wait = span_of(proxy, "shadowguard.approval.wait", pending["id"])
     assert wait["attributes"] == {
@@ -356,10 +300,11 @@ async def test_an_approved_waiting_call_is_requested_decided_timed_used_and_trac
     assert "Checked with the author." not in json.dumps(decision), "nor the reviewer's reason"
 
 
-async def test_a_rejected_waiting_call_is_decided_and_timed_not_finished(rig: Rig, harness: Any) -> None:
+async def test_a_rejected_waiting_call_is_decided_and_timed_not_finished(rig: Rig) -> None:
     proxy, note = rig.proxies["waiting"], f"no-{uuid.uuid4().hex[:8]}"
-    async with harness.agent_on(proxy.url, ERA) as agent, api(proxy) as http:
-        session_id = await committed_note(harness, rig, agent, note)
+    async with agent_on(proxy.url, ERA) as agent, api(proxy) as http:
+        await committed_note(agent, rig.db, note)
+        session_id = await session_of(agent)
         before = await scrape(http)
         pending: dict[str, Any] = {}
 
@@ -387,15 +332,16 @@ async def test_a_rejected_waiting_call_is_decided_and_timed_not_finished(rig: Ri
     assert wait["attributes"]["shadowguard.approval.outcome"] == "rejected"
     decision = span_of(proxy, "shadowguard.approval.decide", pending["id"])
     assert decision["attributes"]["shadowguard.approval.decision"] == "rejected"
-    assert note in harness.notes_rows(rig.db)
+    assert note in notes_rows(rig.db)
 
 
-async def test_a_call_whose_changes_moved_returns_to_review_then_is_used(rig: Rig, harness: Any) -> None:
+async def test_a_call_whose_changes_moved_returns_to_review_then_is_used(rig: Rig) -> None:
     """Approved, but the note changed since the rehearsal: the approval is consumed, the call undone and
     asked again (returned_to_review); the second approval runs it (used). Each counted once."""
     proxy, note = rig.proxies["waiting"], f"moved-{uuid.uuid4().hex[:8]}"
-    async with harness.agent_on(proxy.url, ERA) as agent, api(proxy) as http:
-        session_id = await committed_note(harness, rig, agent, note)
+    async with agent_on(proxy.url, ERA) as agent, api(proxy) as http:
+        await committed_note(agent, rig.db, note)
+        session_id = await session_of(agent)
         before = await scrape(http)
         ids: list[str] = []
 
@@ -409,7 +355,7 @@ async def test_a_call_whose_changes_moved_returns_to_review_then_is_used(rig: Ri
             ids.extend([first["id"], second["id"]])
 
         ran = await held_while(agent, note, edit_then_approve_twice)
-        assert not ran.is_error, harness.text(ran)
+        assert not ran.is_error, text(ran)
         assert dict((ran.meta or {})["shadowguard/outcome"])["approval_id"] == ids[1]
         assert not (await agent.call("commit")).is_error
         after = await until(http, lambda m: moved(before, m, DELIVERIES, result="delivered") == 2)
@@ -425,13 +371,14 @@ async def test_a_call_whose_changes_moved_returns_to_review_then_is_used(rig: Ri
         "approved",
         "approved",
     ]
-    assert note not in harness.notes_rows(rig.db)
+    assert note not in notes_rows(rig.db)
 
 
-async def test_a_rollback_while_the_call_waits_cancels_the_request(rig: Rig, harness: Any) -> None:
+async def test_a_rollback_while_the_call_waits_cancels_the_request(rig: Rig) -> None:
     proxy, note = rig.proxies["waiting"], f"cancel-{uuid.uuid4().hex[:8]}"
-    async with harness.agent_on(proxy.url, ERA) as agent, api(proxy) as http:
-        session_id = await committed_note(harness, rig, agent, note)
+    async with agent_on(proxy.url, ERA) as agent, api(proxy) as http:
+        await committed_note(agent, rig.db, note)
+        session_id = await session_of(agent)
         before = await scrape(http)
         pending: dict[str, Any] = {}
 
@@ -453,18 +400,16 @@ async def test_a_rollback_while_the_call_waits_cancels_the_request(rig: Rig, har
     assert moved(before, after, WAITED + "_count", decision="approved") == 0
     wait = span_of(proxy, "shadowguard.approval.wait", pending["id"])
     assert wait["attributes"]["shadowguard.approval.outcome"] == "cancelled"
-    assert note in harness.notes_rows(rig.db)
+    assert note in notes_rows(rig.db)
 
 
 # -- expiry ---------------------------------------------------------------------------------------------
 
 
-async def test_a_request_nobody_reads_is_expired_by_the_sweep_and_its_failed_notice_counted(
-    rig: Rig, harness: Any
-) -> None:
+async def test_a_request_nobody_reads_is_expired_by_the_sweep_and_its_failed_notice_counted(rig: Rig) -> None:
     proxy, note = rig.proxies["sweeping"], f"swept-{uuid.uuid4().hex[:8]}"
-    async with harness.agent_on(proxy.url, ERA) as agent, api(proxy) as http:
-        await committed_note(harness, rig, agent, note)
+    async with agent_on(proxy.url, ERA) as agent, api(proxy) as http:
+        await committed_note(agent, rig.db, note)
         before = await scrape(http)
         held = await agent.refused("delete_note", {"id": note})
         assert held["verdict"] == "held"
@@ -495,15 +440,13 @@ async def test_a_request_nobody_reads_is_expired_by_the_sweep_and_its_failed_not
         assert finished(before, again) == finished(before, after)
         assert moved(before, again, REQUESTED, upstream="notes", tool="delete_note") == 1
         await agent.call("rollback")
-    assert note in harness.notes_rows(rig.db)
+    assert note in notes_rows(rig.db)
 
 
-async def test_an_expiry_the_waiting_call_and_the_sweep_both_look_for_is_counted_once(
-    rig: Rig, harness: Any
-) -> None:
+async def test_an_expiry_the_waiting_call_and_the_sweep_both_look_for_is_counted_once(rig: Rig) -> None:
     proxy, note = rig.proxies["expiring"], f"exp-{uuid.uuid4().hex[:8]}"
-    async with harness.agent_on(proxy.url, ERA) as agent, api(proxy) as http:
-        await committed_note(harness, rig, agent, note)
+    async with agent_on(proxy.url, ERA) as agent, api(proxy) as http:
+        await committed_note(agent, rig.db, note)
         before = await scrape(http)
         expired = await agent.refused("delete_note", {"id": note})
         assert (expired["verdict"], expired["error_class"]) == ("refused", "approval_expired")
@@ -519,7 +462,7 @@ async def test_an_expiry_the_waiting_call_and_the_sweep_both_look_for_is_counted
     assert moved(before, after, WAITED + "_count", decision="approved") == 0
     wait = span_of(proxy, "shadowguard.approval.wait", expired["approval_id"])
     assert wait["attributes"]["shadowguard.approval.outcome"] == "expired"
-    assert note in harness.notes_rows(rig.db)
+    assert note in notes_rows(rig.db)
 
 
 # -- the transitions the counts come from -------------------------------------------------------------------

@@ -22,22 +22,26 @@ import pytest
 
 from guard.approvals import ApprovalState, open_approval_store
 from proxy.approvals.auth import hash_token
+from tests.support.processes import notes_http, shadowguard_serving
+from tests.support.proxy import (
+    NOTES_APPROVALS_POLICY,
+    agent_on,
+    notes_http_upstream,
+    notes_rows,
+    text,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 APPROVER_TOKEN = "approver-" + uuid.uuid4().hex
 
 
 @pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def notes(module_tmp: Path, harness: Any) -> Iterator[tuple[Any, Path, Path]]:
+def notes(module_tmp: Path) -> Iterator[tuple[Any, Path, Path]]:
     """The shared upstream, its database file, and the policy pack both replicas load."""
     db = module_tmp / "notes.sqlite"
-    process = harness.notes_http(db).ready()
-    yield process, db, harness.notes_approvals_policy
+    process = notes_http(db).ready()
+    yield process, db, NOTES_APPROVALS_POLICY
     process.stop()
 
 
@@ -48,14 +52,12 @@ def store_url(request: pytest.FixtureRequest, approval_store_url: Callable[[str]
 
 
 @pytest.fixture
-def replicas(
-    tmp_path: Path, harness: Any, notes: tuple[Any, Path, Path], store_url: str
-) -> Iterator[tuple[Any, Any]]:
+def replicas(tmp_path: Path, notes: tuple[Any, Path, Path], store_url: str) -> Iterator[tuple[Any, Any]]:
     upstream, _db, pack = notes
     configs = {
-        name: harness.write_config(
+        name: write_config(
             tmp_path / f"{name}.yaml",
-            [{"name": "notes", "transport": "http", "url": upstream.url, "policy": str(pack)}],
+            [notes_http_upstream(upstream.url, pack)],
             http={"host": "127.0.0.1", "port": 0},
             approvals={"store": store_url, "wait_s": 60, "poll_s": 0.05},
             auth={
@@ -66,19 +68,19 @@ def replicas(
         )
         for name in ("a", "b")
     }
-    with harness.shadowguard_serving(configs) as processes:
+    with shadowguard_serving(configs) as processes:
         yield processes["a"], processes["b"]
 
 
 async def test_a_decision_through_one_replica_releases_the_call_held_by_the_other(
-    replicas: tuple[Any, Any], notes: tuple[Any, Path, Path], harness: Any, store_url: str
+    replicas: tuple[Any, Any], notes: tuple[Any, Path, Path], store_url: str
 ) -> None:
     a, b = replicas
     _upstream, db, _pack = notes
     note = f"rep-{uuid.uuid4().hex[:8]}"
     auth = {"Authorization": f"Bearer {APPROVER_TOKEN}"}
     async with (
-        harness.agent_on(a.url, "2026-07-28") as agent,
+        agent_on(a.url, "2026-07-28") as agent,
         httpx2.AsyncClient(base_url=b.base, timeout=30) as reviewer_b,
     ):
         session = agent.session
@@ -101,21 +103,21 @@ async def test_a_decision_through_one_replica_releases_the_call_held_by_the_othe
                         break
                     await anyio.sleep(0.05)
             [pending] = listed.json()["items"]
-            assert note in harness.notes_rows(db)
+            assert note in notes_rows(db)
             approved = await reviewer_b.post(
                 f"/api/approvals/{pending['id']}/approve", json={"reason": None}, headers=auth
             )
             assert approved.status_code == 200, approved.text
 
         [released] = results
-        assert not released.is_error, harness.text(released)
-        assert json.loads(harness.text(released)) == {"deleted": note}
+        assert not released.is_error, text(released)
+        assert json.loads(text(released)) == {"deleted": note}
         stamp = dict((released.meta or {})["shadowguard/outcome"])
         assert (stamp["approval_id"], stamp["approval_state"]) == (pending["id"], "used")
         committed = await agent.call("commit")
         assert not committed.is_error and committed.structured_content is not None
         assert committed.structured_content["changes"] == 1
-    assert note not in harness.notes_rows(db)
+    assert note not in notes_rows(db)
 
     store = open_approval_store(store_url)
     try:

@@ -27,11 +27,6 @@ SECRET = "webhook-test-key"
 LOGGER = "proxy.approvals.webhook"
 
 
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @dataclass
 class Receiver:
     """Answers each POST with the next scripted status (the last one repeats) and records what came."""

@@ -24,7 +24,12 @@ from guard.models import (
 )
 from proxy.audit import AuditLog, arguments_digest
 
-SECRET = {"from_account": "acc-alice", "to_account": "acc-bob", "amount": 500, "memo": "rent for flat 3B"}
+SECRET: dict[str, Any] = {
+    "from_account": "acc-alice",
+    "to_account": "acc-bob",
+    "amount": 500,
+    "memo": "rent for flat 3B",
+}
 
 
 def transfer(verdict: Verdict = Verdict.ROLLED_BACK, **arguments: Any) -> ToolOutcome:

@@ -26,11 +26,6 @@ def app() -> BodyLimit:
     return BodyLimit(Starlette(routes=[Route("/api/x", echo, methods=["POST"])]), LIMIT)
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def _post(
     content: bytes | AsyncIterator[bytes], headers: dict[str, str] | None = None
 ) -> httpx2.Response:

@@ -20,14 +20,11 @@ import pytest
 
 from proxy.commits import CRASH_ENV
 from proxy.ledger import COMMITTING, INTERRUPTED, CommitRecord, SessionLedger
+from tests.support.processes import SHADOWGUARD, Process
+from tests.support.proxy import agent_on, notes_rows, notes_upstream, text, write_config
 
 pytestmark = pytest.mark.anyio
 MODERN = "2026-07-28"
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 # -- the ledger on its own -----------------------------------------------------------------------------
@@ -66,13 +63,13 @@ def test_two_principals_sessions_of_one_id_are_two_rows(tmp_path: Path) -> None:
 # -- a real proxy killed mid-commit ----------------------------------------------------------------------
 
 
-def two_upstreams(harness: Any, tmp: Path, marker: str) -> tuple[Path, Path, Path]:
+def two_upstreams(tmp: Path, marker: str) -> tuple[Path, Path, Path]:
     db_a, db_b = tmp / "a.sqlite", tmp / "b.sqlite"
-    config = harness.write_config(
+    config = write_config(
         tmp / "proxy.yaml",
         [
-            harness.notes_upstream(db_a, marker, name="a", prefix="a_"),
-            harness.notes_upstream(db_b, marker, name="b", prefix="b_"),
+            notes_upstream(db_a, marker, name="a", prefix="a_"),
+            notes_upstream(db_b, marker, name="b", prefix="b_"),
         ],
         http={"host": "127.0.0.1", "port": 0},
         sessions={"store": f"sqlite:///{tmp / 'sessions.db'}"},
@@ -80,10 +77,10 @@ def two_upstreams(harness: Any, tmp: Path, marker: str) -> tuple[Path, Path, Pat
     return config, db_a, db_b
 
 
-async def commit_while_dying(harness: Any, url: str, session: str) -> None:
+async def commit_while_dying(url: str, session: str) -> None:
     """Send ``commit`` to a proxy that kills itself under it (the client then fails to disconnect)."""
     with contextlib.suppress(Exception):
-        async with harness.agent_on(url, MODERN) as agent:
+        async with agent_on(url, MODERN) as agent:
             agent.session = session
             await agent.call("commit")
 
@@ -105,82 +102,84 @@ def wait_dead(process: Any) -> int:
     ],
 )
 async def test_a_proxy_killed_between_two_upstream_commits_reports_each_upstream(
-    tmp_path: Path, harness: Any, marker: str, crash_at: str, expected: dict[str, str]
+    tmp_path: Path, marker: str, crash_at: str, expected: dict[str, str]
 ) -> None:
-    config, db_a, db_b = two_upstreams(harness, tmp_path, marker)
-    process = harness.Process(
-        [harness.shadowguard, "serve", "--config", str(config)],
+    config, db_a, db_b = two_upstreams(tmp_path, marker)
+    process = Process(
+        [SHADOWGUARD, "serve", "--config", str(config)],
         config.with_suffix(".log"),
         announce="shadowguard serve: listening on",
         env={CRASH_ENV: crash_at},
     ).ready()
     note = f"r-{uuid.uuid4().hex[:8]}"
     try:
-        async with harness.agent_on(process.url, MODERN) as agent:
+        async with agent_on(process.url, MODERN) as agent:
             session = agent.session
+            assert session is not None
             await agent.ok("a_put_note", {"id": note, "body": "on a", "status": "draft"})
             await agent.ok("b_put_note", {"id": note, "body": "on b", "status": "draft"})
-        await commit_while_dying(harness, process.url, session)
+        await commit_while_dying(process.url, session)
         assert wait_dead(process) == -9
-        landed = {"a": note in harness.notes_rows(db_a), "b": note in harness.notes_rows(db_b)}
+        landed = {"a": note in notes_rows(db_a), "b": note in notes_rows(db_b)}
         assert landed == {"a": True, "b": crash_at == "kill:commit:after:b"}
 
-        process.restart([harness.shadowguard, "serve", "--config", str(config)])
+        process.restart([SHADOWGUARD, "serve", "--config", str(config)])
         async with httpx2.AsyncClient(base_url=process.base, timeout=60) as http:
             shown = await http.get(f"/api/sessions/{session}")
             assert shown.status_code == 200, shown.text
             body = shown.json()
             assert (body["open"], body["state"], body["committed"]) == (False, "commit_interrupted", False)
             assert body["upstreams"] == expected
-        async with harness.agent_on(process.url, MODERN) as agent:
+        async with agent_on(process.url, MODERN) as agent:
             agent.session = session
             result = await agent.call("commit")
-            text = harness.text(result)
-            assert result.is_error and result.structured_content is not None, text
+            message = text(result)
+            assert result.is_error and result.structured_content is not None, message
             assert result.structured_content["committed"] is False
             assert result.structured_content["upstreams"] == expected
             (violation,) = result.structured_content["violations"]
-            assert violation["rule_id"] == "commit_interrupted", text
-            assert "changes_lost" not in text and "nothing was committed" not in text
+            assert violation["rule_id"] == "commit_interrupted", message
+            assert "changes_lost" not in message and "nothing was committed" not in message
             assert (
-                "Outcome unknown on: " + repr(next(k for k, v in expected.items() if v == "unknown")) in text
+                "Outcome unknown on: " + repr(next(k for k, v in expected.items() if v == "unknown"))
+                in message
             )
             if "applied" in expected.values():
-                assert "Applied (committed) on: 'a'" in text
+                assert "Applied (committed) on: 'a'" in message
             # Told once: the session goes on, and a new commit keeps what is written now.
             await agent.ok("b_put_note", {"id": note, "body": "redone", "status": "draft"})
             await agent.ok("commit")
-        assert harness.notes_rows(db_b)[note]["body"] == "redone"
+        assert notes_rows(db_b)[note]["body"] == "redone"
     finally:
         assert process.stop() == 0, process.log.read_text()
 
 
 async def test_an_upstream_commit_that_fails_after_another_landed_is_a_partial_commit_record(
-    tmp_path: Path, harness: Any, marker: str
+    tmp_path: Path, marker: str
 ) -> None:
     """In a live proxy: ``a`` committed, ``b``'s commit fails (injected). The answer and the sessions
     API name ``a`` applied and ``b`` not applied; the next commit repeats that nothing is pending."""
-    config, db_a, db_b = two_upstreams(harness, tmp_path, marker)
-    process = harness.Process(
-        [harness.shadowguard, "serve", "--config", str(config)],
+    config, db_a, db_b = two_upstreams(tmp_path, marker)
+    process = Process(
+        [SHADOWGUARD, "serve", "--config", str(config)],
         config.with_suffix(".log"),
         announce="shadowguard serve: listening on",
         env={CRASH_ENV: "fail:commit:before:b"},
     ).ready()
     note = f"p-{uuid.uuid4().hex[:8]}"
     try:
-        async with harness.agent_on(process.url, MODERN) as agent:
+        async with agent_on(process.url, MODERN) as agent:
             await agent.ok("a_put_note", {"id": note, "body": "on a", "status": "draft"})
             await agent.ok("b_put_note", {"id": note, "body": "on b", "status": "draft"})
             result = await agent.call("commit")
-            text = harness.text(result)
-            assert result.is_error and result.structured_content is not None, text
+            message = text(result)
+            assert result.is_error and result.structured_content is not None, message
             assert result.structured_content["upstreams"] == {"a": "applied", "b": "not_applied"}
             assert [v["rule_id"] for v in result.structured_content["violations"]] == ["partial_commit"]
-            assert text.startswith("Commit incomplete") and "Not applied (rolled back) on: 'b'" in text
+            assert message.startswith("Commit incomplete") and "Not applied (rolled back) on: 'b'" in message
             async with httpx2.AsyncClient(base_url=process.base, timeout=60) as http:
                 shown = (await http.get(f"/api/sessions/{agent.session}")).json()
             assert shown["commit"] == {"a": "applied", "b": "not_applied"}
-        assert note in harness.notes_rows(db_a) and note not in harness.notes_rows(db_b)
+        assert note in notes_rows(db_a) and note not in notes_rows(db_b)
     finally:
         assert process.stop() == 0, process.log.read_text()

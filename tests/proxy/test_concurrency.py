@@ -17,16 +17,13 @@ import anyio
 import pytest
 from mcp import Client
 
+from tests.support.proxy import Agent, text
+
 pytestmark = pytest.mark.anyio
 AGENTS = 50
 TICKET = {"table": "tickets", "id": "1"}
 ORIGINAL = "Office printer stopped responding to print requests"
 """Ticket 1's description in the retail domain's default state."""
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 class Barrier:
@@ -45,14 +42,14 @@ class Barrier:
             await self.released.wait()
 
 
-async def test_fifty_sessions_never_see_each_others_uncommitted_writes(http_proxy: Any, harness: Any) -> None:
+async def test_fifty_sessions_never_see_each_others_uncommitted_writes(http_proxy: Any) -> None:
     written, decided = Barrier(AGENTS), Barrier(AGENTS)
     seen: dict[int, dict[str, Any]] = {}
 
     async def agent(i: int) -> None:
         mode = "legacy" if i % 2 else "2026-07-28"
         async with Client(http_proxy.url, mode=mode, cache=None, read_timeout_seconds=120) as client:
-            me = harness.Agent(client, None if mode == "legacy" else f"concurrent-{i}")
+            me = Agent(client, None if mode == "legacy" else f"concurrent-{i}")
 
             async def ticket() -> dict[str, Any]:
                 return dict((await me.json("zendesk_get_item", TICKET))["item"])
@@ -63,7 +60,7 @@ async def test_fifty_sessions_never_see_each_others_uncommitted_writes(http_prox
             await written.wait()  # every session now holds an uncommitted write to the same row
             during = await ticket()
             outcome = await me.call("rollback" if i % 4 < 2 else "commit")
-            assert not outcome.is_error, harness.text(outcome)
+            assert not outcome.is_error, text(outcome)
             await decided.wait()
             seen[i] = {"marker": marker, "during": during, "after": await ticket()}
 

@@ -33,6 +33,7 @@ from guard.txext import TX_META_KEY, TX_UNKNOWN, RemoteBackend, advertises
 from proxy.approvals.auth import hash_token
 from proxy.config import ProxyConfig
 from proxy.demo.server import SESSION_META_KEY, accounts, create_engine, metadata, prepare_database
+from tests.support.proxy import request_meta
 
 ROOT = Path(__file__).resolve().parents[2]
 PACK = ROOT / "policies" / "example" / "policy.yaml"
@@ -40,11 +41,6 @@ DEMO_CONFIG = ROOT / "proxy" / "demo" / "shadowguard.yaml"
 T = TypeVar("T")
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture
@@ -137,7 +133,7 @@ async def test_the_three_tools_commit_at_once_without_a_transaction(db: Path) ->
     assert again["accounts"][1]["name"] == "Rainy day"
 
 
-BAD_CALLS = [
+BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
     (
         "transfer_funds",
         {"from_account": "acc-x", "to_account": "acc-bob", "amount": 1, "memo": ""},
@@ -226,7 +222,7 @@ async def test_begin_savepoint_changes_rollback_through_remote_backend(db: Path)
 async def test_commit_makes_the_shadow_changes_durable_and_sessions_are_isolated(db: Path) -> None:
     async with serve(db) as client:
 
-        def work() -> None:
+        def work() -> RemoteBackend:
             remote = RemoteBackend(client.session, meta={SESSION_META_KEY: "agent-1"}, timeout=30)
             remote.begin()
             remote.call_tool(
@@ -243,7 +239,7 @@ async def test_commit_makes_the_shadow_changes_durable_and_sessions_are_isolated
         remote = await in_thread(work)
         with pytest.raises(MCPError) as foreign:
             await client.call_tool(
-                "list_accounts", {}, meta={SESSION_META_KEY: "agent-2", TX_META_KEY: remote.tx}
+                "list_accounts", {}, meta=request_meta({SESSION_META_KEY: "agent-2", TX_META_KEY: remote.tx})
             )
         assert foreign.value.code == TX_UNKNOWN
         await in_thread(remote.commit)

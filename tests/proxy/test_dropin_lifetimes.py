@@ -29,19 +29,26 @@ from proxy.demo.__main__ import main as demo_main
 from proxy.registry import SessionRegistry
 from proxy.server import GuardProxy
 from proxy.upstreams import Upstream
+from tests.support.processes import MARKER_ENV, SHADOWGUARD, NotesServer, notes_http, pids_with_marker
+from tests.support.proxy import (
+    NOTES_APPROVALS_POLICY,
+    NOTES_POLICY,
+    Agent,
+    initialize_request,
+    notes_http_upstream,
+    notes_rows,
+    notes_upstream,
+    text,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 SQL_SERVER = Path(__file__).resolve().parents[1] / "fixtures" / "sql_server.py"
 
 
 @pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def notes(module_tmp: Path, harness: Any) -> Iterator[Any]:
-    process = harness.notes_http(module_tmp / "lease.sqlite")
+def notes(module_tmp: Path) -> Iterator[NotesServer]:
+    process = notes_http(module_tmp / "lease.sqlite")
     try:
         yield process.ready()
     finally:
@@ -63,19 +70,19 @@ def _answer(pipe: IO[bytes], request_id: int) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _stdio_proxy(harness: Any, config: Path, log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+def _stdio_proxy(config: Path, log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """``serve --stdio`` with ``config``, initialized; killed (if still running) and its pipes closed
     at the end of the block."""
     with log_path.open("wb") as log:
         proxy = subprocess.Popen(
-            [harness.shadowguard, "serve", "--config", str(config), "--stdio"],
+            [SHADOWGUARD, "serve", "--config", str(config), "--stdio"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,
         )
         try:
             assert proxy.stdin is not None and proxy.stdout is not None
-            _send(proxy.stdin, harness.initialize_request())
+            _send(proxy.stdin, initialize_request())
             assert "result" in _answer(proxy.stdout, 1)
             _send(proxy.stdin, {"jsonrpc": "2.0", "method": "notifications/initialized"})
             yield proxy
@@ -88,13 +95,11 @@ def _stdio_proxy(harness: Any, config: Path, log_path: Path) -> Iterator[subproc
                     pipe.close()
 
 
-def test_a_stdio_proxy_ends_when_its_client_goes_even_mid_call(
-    module_tmp: Path, harness: Any, marker: str
-) -> None:
+def test_a_stdio_proxy_ends_when_its_client_goes_even_mid_call(module_tmp: Path, marker: str) -> None:
     db, store_url = module_tmp / "eof.sqlite", f"sqlite:///{module_tmp / 'eof-approvals.db'}"
-    notes = harness.notes_upstream(db, marker, name="notes", policy=str(harness.notes_approvals_policy))
+    notes = notes_upstream(db, marker, name="notes", policy=str(NOTES_APPROVALS_POLICY))
     reviewer = {"name": "ed", "role": "approver", "token_sha256": hash_token(secrets.token_urlsafe(16))}
-    config = harness.write_config(
+    config = write_config(
         module_tmp / "eof.yaml",
         [notes],
         approvals={"store": store_url, "wait_s": 600},
@@ -102,7 +107,7 @@ def test_a_stdio_proxy_ends_when_its_client_goes_even_mid_call(
         audit={"path": str(module_tmp / "eof-audit.jsonl")},
     )
     note = f"eof-{uuid.uuid4().hex[:6]}"
-    with _stdio_proxy(harness, config, module_tmp / "eof.log") as proxy:
+    with _stdio_proxy(config, module_tmp / "eof.log") as proxy:
         assert proxy.stdin is not None and proxy.stdout is not None
         put = {"name": "put_note", "arguments": {"id": note, "body": "pending"}}
         _send(proxy.stdin, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": put})
@@ -121,53 +126,51 @@ def test_a_stdio_proxy_ends_when_its_client_goes_even_mid_call(
             assert request.state is ApprovalState.CANCELLED
         finally:
             store.close()
-    assert note not in harness.notes_rows(db), "the session was rolled back, never committed"
+    assert note not in notes_rows(db), "the session was rolled back, never committed"
     records = [json.loads(line) for line in (module_tmp / "eof-audit.jsonl").read_text().splitlines()]
     assert [r["reason"] for r in records if r["kind"] == "rollback"] == ["closed"]
-    assert harness.pids_with_marker(marker) == [], "no upstream process is left behind"
+    assert pids_with_marker(marker) == [], "no upstream process is left behind"
 
 
 def test_a_stdio_proxy_ends_when_its_client_goes_during_a_slow_upstream_call(
-    module_tmp: Path, harness: Any, marker: str
+    module_tmp: Path, marker: str
 ) -> None:
     sql = {
         "name": "db",
         "transport": "stdio",
         "command": sys.executable,
         "args": [str(SQL_SERVER), "--db", str(module_tmp / "slow.sqlite")],
-        "env": {harness.marker_env: marker},
+        "env": {MARKER_ENV: marker},
     }
-    config = harness.write_config(
+    config = write_config(
         module_tmp / "slow.yaml",
         [sql],
         approvals={"store": f"sqlite:///{module_tmp / 'slow.db'}"},
         http={"host": "127.0.0.1", "port": 0},
     )
-    with _stdio_proxy(harness, config, module_tmp / "slow.log") as proxy:
+    with _stdio_proxy(config, module_tmp / "slow.log") as proxy:
         assert proxy.stdin is not None and proxy.stdout is not None
         slow = {"name": "sleep", "arguments": {"seconds": 600}}
         _send(proxy.stdin, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": slow})
         time.sleep(1.0)  # the call is on its way to the upstream (or already there)
         proxy.stdin.close()
         assert proxy.wait(timeout=60) == 0, (module_tmp / "slow.log").read_text()
-    assert harness.pids_with_marker(marker) == [], "no upstream process is left behind"
+    assert pids_with_marker(marker) == [], "no upstream process is left behind"
 
 
-async def test_stdio_mode_starts_when_the_configs_port_is_taken(
-    module_tmp: Path, harness: Any, notes: Any
-) -> None:
+async def test_stdio_mode_starts_when_the_configs_port_is_taken(module_tmp: Path, notes: NotesServer) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        config = harness.write_config(
+        config = write_config(
             module_tmp / "taken.yaml",
-            [{"name": "notes", "transport": "http", "url": notes.url}],
+            [notes_http_upstream(notes.url, None)],
             http={"host": "127.0.0.1", "port": port},
             approvals={"store": f"sqlite:///{module_tmp / 'taken.db'}"},
         )
         params = StdioServerParameters(
-            command=harness.shadowguard, args=["serve", "--config", str(config), "--stdio"]
+            command=SHADOWGUARD, args=["serve", "--config", str(config), "--stdio"]
         )
         errlog = module_tmp / "taken.log"
         from mcp.client.stdio import stdio_client
@@ -180,22 +183,22 @@ async def test_stdio_mode_starts_when_the_configs_port_is_taken(
 
 
 async def test_an_http_session_whose_client_is_gone_is_reclaimed_on_its_lease(
-    harness: Any, notes: Any, module_tmp: Path
+    notes: NotesServer, module_tmp: Path
 ) -> None:
     sessions = SessionRegistry(idle_timeout=900, lease=0.5)
-    spec = UpstreamConfig(name="notes", transport="http", url=notes.url, policy=Path(harness.notes_policy))
+    spec = UpstreamConfig(name="notes", transport="http", url=notes.url, policy=Path(NOTES_POLICY))
     proxy = GuardProxy([Upstream.from_settings(spec)], sessions)
     session, note = f"lease-{uuid.uuid4().hex[:6]}", f"lease-{uuid.uuid4().hex[:6]}"
     async with proxy.running(), Client(proxy.server, cache=None) as client:
-        agent = harness.Agent(client, session)
+        agent = Agent(client, session)
         await agent.ok("put_note", {"id": note, "body": "never committed"})
         with anyio.fail_after(30):
             while sessions.get(session) is not None:
                 await anyio.sleep(0.05)
         assert sessions.ended(session) == "lease"
         late = await agent.call("commit")
-        assert late.is_error and "lease" in harness.text(late)
-    assert note not in harness.notes_rows(module_tmp / "lease.sqlite")
+        assert late.is_error and "lease" in text(late)
+    assert note not in notes_rows(module_tmp / "lease.sqlite")
 
 
 def test_make_demo_refuses_a_port_that_is_taken(capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,14 +24,21 @@ import httpx2
 import pytest
 from mcp import Client
 
+from tests.support.processes import SHADOWGUARD, notes_http, shadowguard_serving
+from tests.support.proxy import (
+    Agent,
+    agent_on,
+    journal_upstream,
+    notes_http_upstream,
+    notes_rows,
+    request_meta,
+    text,
+    write_config,
+)
+
 pytestmark = pytest.mark.anyio
 SQL_SERVER = Path(__file__).resolve().parents[1] / "fixtures" / "sql_server.py"
 PLAIN = "2026-07-28"
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @dataclass
@@ -45,10 +52,10 @@ class Served:
     log: Path
 
 
-def upstream_configs(harness: Any, notes_url: str, journal_url: str, sql_db: Path) -> list[dict[str, Any]]:
+def upstream_configs(notes_url: str, journal_url: str, sql_db: Path) -> list[dict[str, Any]]:
     return [
-        {"name": "notes", "transport": "http", "url": notes_url, "policy": str(harness.notes_policy)},
-        harness.journal_upstream(journal_url),
+        notes_http_upstream(notes_url),
+        journal_upstream(journal_url),
         {
             "name": "db",
             "transport": "stdio",
@@ -60,22 +67,22 @@ def upstream_configs(harness: Any, notes_url: str, journal_url: str, sql_db: Pat
 
 
 @pytest.fixture(scope="module")
-def served(module_tmp: Path, harness: Any) -> Iterator[Served]:
+def served(module_tmp: Path) -> Iterator[Served]:
     notes_db, journal_db, sql_db = (module_tmp / f"{n}.sqlite" for n in ("notes", "journal", "sql"))
-    notes = harness.notes_http(notes_db)
-    journal = harness.notes_http(journal_db, transactional=False)
+    notes = notes_http(notes_db)
+    journal = notes_http(journal_db, transactional=False)
     try:
         notes.ready()
         journal.ready()
         audit = module_tmp / "audit.jsonl"
-        config = harness.write_config(
+        config = write_config(
             module_tmp / "proxy.yaml",
-            upstream_configs(harness, notes.url, journal.url, sql_db),
+            upstream_configs(notes.url, journal.url, sql_db),
             http={"host": "127.0.0.1", "port": 0},
             audit={"path": str(audit)},
             approvals={"wait_s": 600, "store": f"sqlite:///{module_tmp / 'approvals.db'}"},
         )
-        with harness.shadowguard_serving({"proxy": config}) as processes:
+        with shadowguard_serving({"proxy": config}) as processes:
             proxy = processes["proxy"]
             assert proxy.url is not None
             yield Served(proxy.url, proxy.base, notes_db, journal_db, sql_db, audit, proxy.log)
@@ -108,46 +115,46 @@ def metric(served: Served, name: str, **labels: str) -> float:
 # -- 1. sessions without ceremony ---------------------------------------------------------------------------
 
 
-async def test_a_plain_2026_client_lists_reads_and_writes_with_no_meta(served: Served, harness: Any) -> None:
+async def test_a_plain_2026_client_lists_reads_and_writes_with_no_meta(served: Served) -> None:
     note = f"plain-{uuid.uuid4().hex[:6]}"
     async with Client(served.url, mode=PLAIN, cache=None, read_timeout_seconds=30) as client:
         names = {t.name for t in (await client.list_tools()).tools}
         assert {"get_note", "put_note", "j_put_note", "sql_read_query", "commit", "rollback"} <= names
 
         read = await client.call_tool("get_note", {"id": "n1"})
-        assert not read.is_error, harness.text(read)
-        assert json.loads(harness.text(read))["body"] == "first note"
+        assert not read.is_error, text(read)
+        assert json.loads(text(read))["body"] == "first note"
         assert "session" not in stamp(read), "a read names no session: it ran on its own"
 
         write = await client.call_tool("put_note", {"id": note, "body": "from a plain client"})
-        assert not write.is_error, harness.text(write)
+        assert not write.is_error, text(write)
         minted = stamp(write)["session"]
         assert stamp(write)["send"] == {"_meta": {"shadowguard/session": minted}}
-        assert note not in harness.notes_rows(served.notes_db), "the write is pending in the minted session"
+        assert note not in notes_rows(served.notes_db), "the write is pending in the minted session"
 
         commit = await client.call_tool("commit", {})
         assert commit.is_error, "a commit that names no session cannot guess one"
-        assert "shadowguard/session" in harness.text(commit)
+        assert "shadowguard/session" in text(commit)
 
-        commit = await client.call_tool("commit", {}, meta={"shadowguard/session": minted})
-        assert not commit.is_error, harness.text(commit)
-        assert harness.notes_rows(served.notes_db)[note]["body"] == "from a plain client"
+        commit = await client.call_tool("commit", {}, meta=request_meta({"shadowguard/session": minted}))
+        assert not commit.is_error, text(commit)
+        assert notes_rows(served.notes_db)[note]["body"] == "from a plain client"
 
 
-async def test_a_read_without_a_session_that_wrote_is_not_kept(served: Served, harness: Any) -> None:
+async def test_a_read_without_a_session_that_wrote_is_not_kept(served: Served) -> None:
     async with Client(served.url, mode=PLAIN, cache=None, read_timeout_seconds=30) as client:
         for _ in range(3):
             read = await client.call_tool("list_notes", {})
-            assert not read.is_error, harness.text(read)
+            assert not read.is_error, text(read)
             assert "session" not in stamp(read)
 
 
 # -- 2. honest surfaces per upstream ------------------------------------------------------------------------
 
 
-async def test_texts_say_what_is_pending_and_what_is_already_applied(served: Served, harness: Any) -> None:
+async def test_texts_say_what_is_pending_and_what_is_already_applied(served: Served) -> None:
     session, note = f"honest-{uuid.uuid4().hex[:6]}", f"honest-{uuid.uuid4().hex[:6]}"
-    async with harness.agent_on(served.url, PLAIN) as agent:
+    async with agent_on(served.url, PLAIN) as agent:
         agent.session = session
         tools = {t.name: t for t in (await agent.client.list_tools()).tools}
         for name in ("commit", "rollback"):
@@ -157,21 +164,21 @@ async def test_texts_say_what_is_pending_and_what_is_already_applied(served: Ser
         assert "can be undone" not in (tools["commit"].description or "")
 
         journaled = await agent.call("j_put_note", {"id": note, "body": "real at once"})
-        assert not journaled.is_error, harness.text(journaled)
+        assert not journaled.is_error, text(journaled)
         assert stamp(journaled)["applied"] is True
-        assert "already applied" in harness.text(journaled)
-        assert note in harness.notes_rows(served.journal_db)
+        assert "already applied" in text(journaled)
+        assert note in notes_rows(served.journal_db)
 
         pending = await agent.call("put_note", {"id": note, "body": "pending until commit"})
         assert not pending.is_error and stamp(pending)["applied"] is False
-        assert "already applied" not in harness.text(pending)
+        assert "already applied" not in text(pending)
 
         read = await agent.call("get_note", {"id": "n1"})
         assert "applied" not in stamp(read)
 
         commit = await agent.call("commit")
-        assert not commit.is_error, harness.text(commit)
-        body = harness.text(commit)
+        assert not commit.is_error, text(commit)
+        body = text(commit)
         assert "no changes to make durable" not in body
         assert commit.structured_content is not None
         assert commit.structured_content["changes"] == 1
@@ -184,31 +191,31 @@ async def test_texts_say_what_is_pending_and_what_is_already_applied(served: Ser
 # -- 8. what a rollback undid and what it did not -----------------------------------------------------------
 
 
-async def test_rollback_reports_undone_and_not_undone_calls_everywhere(served: Served, harness: Any) -> None:
+async def test_rollback_reports_undone_and_not_undone_calls_everywhere(served: Served) -> None:
     session, note = f"undo-{uuid.uuid4().hex[:6]}", f"undo-{uuid.uuid4().hex[:6]}"
     incomplete_before = metric(served, "shadowguard_rollbacks_total", reason="agent", result="incomplete")
     complete_before = metric(served, "shadowguard_rollbacks_total", reason="agent", result="complete")
-    async with harness.agent_on(served.url, PLAIN) as agent:
+    async with agent_on(served.url, PLAIN) as agent:
         agent.session = session
         compensable = await agent.call("j_put_note", {"id": note, "body": "undone by a compensation"})
         stuck = await agent.call("sql_write_query", {"query": "INSERT INTO items VALUES (99, 'stays')"})
         pending = await agent.call("put_note", {"id": note, "body": "discarded"})
         for result in (compensable, stuck, pending):
-            assert not result.is_error, harness.text(result)
+            assert not result.is_error, text(result)
 
         rollback = await agent.call("rollback")
         assert rollback.is_error, "a rollback that left a call in effect is not a success"
-        body, verdict = harness.text(rollback), rollback.structured_content
+        body, verdict = text(rollback), rollback.structured_content
         assert verdict is not None and verdict["rolled_back"] is False
         assert verdict["changes"] == 1
         assert verdict["undone_calls"] == [stamp(compensable)["call_id"]]
         assert verdict["not_undone_calls"] == [stamp(stuck)["call_id"]]
         assert stamp(stuck)["call_id"] in body and stamp(compensable)["call_id"] in body
-        assert note not in harness.notes_rows(served.journal_db)
-        assert note not in harness.notes_rows(served.notes_db)
+        assert note not in notes_rows(served.journal_db)
+        assert note not in notes_rows(served.notes_db)
 
         clean = await agent.call("rollback")
-        assert not clean.is_error, harness.text(clean)
+        assert not clean.is_error, text(clean)
     [record] = records(served, "rollback", session)
     assert record["changes"] == 1
     assert record["undone_calls"] == [stamp(compensable)["call_id"]]
@@ -219,7 +226,7 @@ async def test_rollback_reports_undone_and_not_undone_calls_everywhere(served: S
     assert metric(served, "shadowguard_rollbacks_total", reason="agent", result="complete") == complete_before
 
 
-async def test_a_failure_of_unknown_outcome_does_not_also_say_nothing_was_kept(harness: Any) -> None:
+async def test_a_failure_of_unknown_outcome_does_not_also_say_nothing_was_kept() -> None:
     from guard.models import EffectClass, ErrorHint, ToolCall, ToolOutcome, Verdict
     from proxy.server import render_outcome
 
@@ -237,17 +244,17 @@ async def test_a_failure_of_unknown_outcome_does_not_also_say_nothing_was_kept(h
         hint=hint,
         outcome_unknown=True,
     )
-    rendered = harness.text(render_outcome(outcome, None, "s"))
+    rendered = text(render_outcome(outcome, None, "s"))
     assert "nothing of it was kept" not in rendered and "may have been applied" in rendered
 
 
 # -- 3. destructive tools and no reviewer -------------------------------------------------------------------
 
 
-async def test_a_held_call_no_reviewer_can_approve_is_refused_at_once(served: Served, harness: Any) -> None:
+async def test_a_held_call_no_reviewer_can_approve_is_refused_at_once(served: Served) -> None:
     session = f"noreview-{uuid.uuid4().hex[:6]}"
     async with Client(served.url, mode=PLAIN, cache=None, read_timeout_seconds=20) as client:
-        agent = harness.Agent(client, session)
+        agent = Agent(client, session)
         await agent.ok("put_note", {"id": f"{session}-a", "body": "kept"})
         refused = await agent.refused("j_delete_note", {"id": "n2"})
         assert refused["verdict"] == "refused", refused
@@ -255,21 +262,21 @@ async def test_a_held_call_no_reviewer_can_approve_is_refused_at_once(served: Se
         assert "no reviewer" in refused["violations"][0]["message"]
         commit = await agent.call("commit")
         assert not commit.is_error, "a call no one can approve does not block the commit"
-    assert "n2" in harness.notes_rows(served.journal_db)
+    assert "n2" in notes_rows(served.journal_db)
     assert "no reviewer can decide" in served.log.read_text(), "a warning at start-up"
 
 
-def test_require_reviewers_refuses_to_start_without_one(module_tmp: Path, harness: Any) -> None:
-    notes = harness.notes_http(module_tmp / "require.sqlite")
+def test_require_reviewers_refuses_to_start_without_one(module_tmp: Path) -> None:
+    notes = notes_http(module_tmp / "require.sqlite")
     try:
-        config = harness.write_config(
+        config = write_config(
             module_tmp / "require.yaml",
-            [{"name": "notes", "transport": "http", "url": notes.ready().url}],
+            [notes_http_upstream(notes.ready().url, None)],
             http={"host": "127.0.0.1", "port": 0},
             approvals={"require_reviewers": True, "store": f"sqlite:///{module_tmp / 'require.db'}"},
         )
         run = subprocess.run(
-            [harness.shadowguard, "serve", "--config", str(config)],
+            [SHADOWGUARD, "serve", "--config", str(config)],
             capture_output=True,
             text=True,
             timeout=120,

@@ -26,14 +26,10 @@ from proxy.config import UpstreamConfig
 from proxy.registry import SessionRegistry
 from proxy.server import GuardProxy
 from proxy.upstreams import Upstream, UpstreamError
+from tests.support.proxy import text
 
 pytestmark = pytest.mark.anyio
 SQL_SERVER = Path(__file__).resolve().parents[1] / "fixtures" / "sql_server.py"
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def sql_upstream(db: Path, *server_args: str, **extra: Any) -> UpstreamConfig:
@@ -47,7 +43,7 @@ def sql_upstream(db: Path, *server_args: str, **extra: Any) -> UpstreamConfig:
 
 
 @asynccontextmanager
-async def agent_on(*specs: UpstreamConfig) -> AsyncIterator[Any]:
+async def agent_on(*specs: UpstreamConfig) -> AsyncIterator[Client]:
     proxy = GuardProxy([Upstream.from_settings(s, keep_spare=False) for s in specs], SessionRegistry())
     async with proxy.running(), Client(proxy.server, cache=None) as client:
         yield client
@@ -90,10 +86,10 @@ async def test_sql_tool_effects_come_from_the_sql_argument(tmp_path: Path) -> No
     spec = sql_upstream(db, sql_tools={"run": {"argument": "statement", "dialect": "sqlite"}})
     async with agent_on(spec) as client:
         read = await client.call_tool("read_query", {"query": "SELECT id, name FROM items"})
-        assert not read.is_error and json.loads(read.content[0].text)[0]["name"] == "one"
+        assert not read.is_error and json.loads(text(read))[0]["name"] == "one"
         undone = await client.call_tool("rollback", {})
         assert not undone.is_error, undone.content
-        assert "remain in effect" not in undone.content[0].text, "a read is nothing to undo"
+        assert "remain in effect" not in text(undone), "a read is nothing to undo"
 
         for tool, args in [
             ("write_query", {"query": "DROP TABLE items"}),
@@ -120,7 +116,7 @@ async def test_an_in_band_error_text_is_a_classified_failure_and_nothing_is_jour
     async with agent_on(sql_upstream(db)) as client:
         failed = await client.call_tool("read_query", {"query": "UPDATE items SET name = 'x' WHERE id = 1"})
         assert failed.is_error, "a result whose text is an error is not a success"
-        assert failed.content[0].text.startswith("Error: Only SELECT queries are allowed")
+        assert text(failed).startswith("Error: Only SELECT queries are allowed")
         assert verdict(failed)["verdict"] == "failed"
         assert verdict(failed)["error_class"] == "invalid_arguments"
         undone = await client.call_tool("rollback", {})
@@ -169,7 +165,7 @@ async def test_stdio_upstreams_get_passed_and_literal_variables(
 
         async def value(name: str) -> Any:
             result = await client.call_tool("getenv", {"name": name})
-            return json.loads(result.content[0].text)
+            return json.loads(text(result))
 
         assert await value("SG_TEST_API_KEY") == "from-the-proxy"
         assert await value("SG_TEST_LITERAL") == "literal"

@@ -22,44 +22,48 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from benchmark.tasks import BenchData
+from tests.support.processes import SHADOWGUARD, kill, notes_http_args
+from tests.support.proxy import (
+    Agent,
+    era_agent_session,
+    journal_upstream,
+    notes_rows,
+    notes_upstream,
+    outcome_meta,
+    retail_http_upstream,
+    retail_upstream,
+    text,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 ERAS = ["legacy", "2026-07-28"]
 
 
 @pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
 def stdio_configs(
-    module_tmp: Path, harness: Any, bench: BenchData, notes_db: Path, marker: str, upstreams: Any
+    module_tmp: Path, bench: BenchData, notes_db: Path, marker: str, upstreams: Any
 ) -> dict[str, Path]:
     """``shadowguard serve --stdio`` configs per era: the notes fixture as a stdio subprocess, the
     journaled notes over HTTP, and the retail domain as a stdio subprocess (legacy) or over HTTP."""
-    notes = harness.notes_upstream(notes_db, marker)
-    journal = harness.journal_upstream(upstreams.journal.url)
+    notes = notes_upstream(notes_db, marker)
+    journal = journal_upstream(upstreams.journal.url)
     return {
-        "legacy": harness.write_config(
-            module_tmp / "stdio-legacy.yaml", [notes, journal, harness.retail_upstream(bench, marker)]
+        "legacy": write_config(
+            module_tmp / "stdio-legacy.yaml", [notes, journal, retail_upstream(bench, marker)]
         ),
-        "2026-07-28": harness.write_config(
+        "2026-07-28": write_config(
             module_tmp / "stdio-2026.yaml",
-            [notes, journal, harness.retail_http_upstream(upstreams.retail.url)],
+            [notes, journal, retail_http_upstream(upstreams.retail.url)],
         ),
     }
 
 
 @asynccontextmanager
-async def connect(harness: Any, url: str, mode: str) -> AsyncIterator[Any]:
+async def connect(url: str, mode: str) -> AsyncIterator[Agent]:
     """An agent on the HTTP proxy; in the 2026-07-28 era it names its session in ``_meta``."""
     async with Client(url, mode=mode, cache=None, read_timeout_seconds=60) as client:
-        yield harness.Agent(client, harness.era_agent_session(mode))
-
-
-def outcome_meta(result: Any) -> dict[str, Any]:
-    return dict((result.meta or {})["shadowguard/outcome"])
+        yield Agent(client, era_agent_session(mode))
 
 
 def rule_ids(verdict: dict[str, Any]) -> list[str]:
@@ -74,12 +78,10 @@ def audit_records(proxy: Any) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("mode", ERAS)
-async def test_tools_are_relayed_exactly_and_filtered(
-    http_proxy: Any, upstreams: Any, harness: Any, mode: str
-) -> None:
+async def test_tools_are_relayed_exactly_and_filtered(http_proxy: Any, upstreams: Any, mode: str) -> None:
     async with Client(upstreams.journal.url, mode=mode, cache=None) as direct:
         upstream = {t.name: t for t in (await direct.list_tools()).tools}
-    async with connect(harness, http_proxy.url, mode) as agent:
+    async with connect(http_proxy.url, mode) as agent:
         tools = {t.name: t for t in (await agent.client.list_tools()).tools}
 
     for name in ("get_note", "list_notes", "put_note", "delete_note", "echo_meta", "whoami"):
@@ -108,10 +110,10 @@ async def test_tools_are_relayed_exactly_and_filtered(
 
 @pytest.mark.parametrize("mode", ERAS)
 async def test_notes_session_read_write_violations_commit_and_rollback(
-    http_proxy: Any, upstreams: Any, harness: Any, mode: str
+    http_proxy: Any, upstreams: Any, mode: str
 ) -> None:
     db, n = upstreams.notes_db, f"{mode[:3]}-{uuid.uuid4().hex[:6]}"
-    async with connect(harness, http_proxy.url, mode) as agent:
+    async with connect(http_proxy.url, mode) as agent:
         read = await agent.call("get_note", {"id": "n1"})
         assert not read.is_error
         assert read.structured_content == {"id": "n1", "body": "first note", "status": "published"}
@@ -123,7 +125,7 @@ async def test_notes_session_read_write_violations_commit_and_rollback(
 
         await agent.ok("put_note", {"id": f"{n}-a", "body": "hello"})
         assert (await agent.json("get_note", {"id": f"{n}-a"}))["body"] == "hello"
-        assert f"{n}-a" not in harness.notes_rows(db), "uncommitted writes must not be visible outside"
+        assert f"{n}-a" not in notes_rows(db), "uncommitted writes must not be visible outside"
 
         rolled = await agent.refused("put_note", {"id": f"{n}-b", "body": ""})
         assert rolled["verdict"] == "rolled_back"
@@ -132,12 +134,12 @@ async def test_notes_session_read_write_violations_commit_and_rollback(
         assert violation["hint"] == "Write the note's text in its body."
         assert violation["source"] == {"ref": "Notes handbook §1", "quote": "Every note has a body."}
         missing = await agent.call("get_note", {"id": f"{n}-b"})
-        assert missing.is_error and harness.text(missing).startswith(f"no note '{n}-b'")  # the upstream's
+        assert missing.is_error and text(missing).startswith(f"no note '{n}-b'")  # the upstream's
         assert outcome_meta(missing)["verdict"] == "failed"
         assert missing.structured_content is not None and missing.structured_content["hint"]["next_step"]
 
         failed = await agent.call("put_note", {"id": f"{n}-c", "body": "x", "status": "bogus"})
-        assert failed.is_error and "unknown status 'bogus'" in harness.text(failed)
+        assert failed.is_error and "unknown status 'bogus'" in text(failed)
 
         await agent.ok("put_note", {"id": f"{n}-d", "body": "TODO"})
         refused = await agent.call("commit")
@@ -145,19 +147,19 @@ async def test_notes_session_read_write_violations_commit_and_rollback(
         assert refused.structured_content is not None
         assert refused.structured_content["committed"] is False
         assert rule_ids(refused.structured_content) == ["notes.no_todo_drafts"]
-        assert "Commit refused" in harness.text(refused)
-        assert f"{n}-a" not in harness.notes_rows(db)
+        assert "Commit refused" in text(refused)
+        assert f"{n}-a" not in notes_rows(db)
 
         await agent.ok("put_note", {"id": f"{n}-d", "body": "done"})
         committed = await agent.call("commit")
-        assert not committed.is_error, harness.text(committed)
+        assert not committed.is_error, text(committed)
         assert committed.structured_content == {
             "committed": True,
             "changes": 2,
             "applied_calls": 0,
             "violations": [],
         }
-        rows = harness.notes_rows(db)
+        rows = notes_rows(db)
         assert rows[f"{n}-a"]["body"] == "hello" and rows[f"{n}-d"]["body"] == "done"
         assert f"{n}-b" not in rows
 
@@ -170,7 +172,7 @@ async def test_notes_session_read_write_violations_commit_and_rollback(
             "undone_calls": [],
             "not_undone_calls": [],
         }
-        rows = harness.notes_rows(db)
+        rows = notes_rows(db)
         assert f"{n}-e" not in rows and f"{n}-a" in rows
         assert (await agent.call("get_note", {"id": f"{n}-e"})).is_error
 
@@ -179,7 +181,7 @@ async def test_notes_session_read_write_violations_commit_and_rollback(
             "echo_meta",
             meta={"acme/trace": "t-1", "shadowguard/tx": "forged", "io.modelcontextprotocol/x": 1},
         )
-        seen = json.loads(harness.text(echoed))
+        seen = json.loads(text(echoed))
         assert seen["acme/trace"] == "t-1"
         assert seen["shadowguard/tx"] != "forged"  # the proxy's own transaction, never the agent's
         assert seen["shadowguard/session"].startswith("sg-")  # the proxy's upstream session id
@@ -195,7 +197,7 @@ async def test_notes_session_read_write_violations_commit_and_rollback(
             await agent.call("rollback")
     if mode == "legacy":
         # The client ended its HTTP session (DELETE /mcp): the guard session is rolled back with it.
-        assert f"{n}-f" not in harness.notes_rows(db)
+        assert f"{n}-f" not in notes_rows(db)
         closed = [r for r in audit_records(http_proxy) if r["kind"] == "rollback" and r["session"] == session]
         assert [r["reason"] for r in closed] == ["agent", "closed"]
         async with httpx2.AsyncClient(base_url=http_proxy.base) as http:
@@ -204,10 +206,8 @@ async def test_notes_session_read_write_violations_commit_and_rollback(
 
 
 @pytest.mark.parametrize("mode", ERAS)
-async def test_reserved_hidden_and_invalid_calls_are_refused(
-    http_proxy: Any, harness: Any, mode: str
-) -> None:
-    async with connect(harness, http_proxy.url, mode) as agent:
+async def test_reserved_hidden_and_invalid_calls_are_refused(http_proxy: Any, mode: str) -> None:
+    async with connect(http_proxy.url, mode) as agent:
         for name in ("__reserved__dump", "admin_reset", "j_admin_reset", "no_such_tool"):
             verdict = await agent.refused(name)
             assert verdict["verdict"] == "refused"
@@ -224,8 +224,8 @@ async def test_reserved_hidden_and_invalid_calls_are_refused(
 
 
 @pytest.mark.parametrize("mode", ERAS)
-async def test_retail_domain_through_its_policy_pack(http_proxy: Any, harness: Any, mode: str) -> None:
-    async with connect(harness, http_proxy.url, mode) as agent:
+async def test_retail_domain_through_its_policy_pack(http_proxy: Any, mode: str) -> None:
+    async with connect(http_proxy.url, mode) as agent:
         assert (await agent.json("get_order", {"order_id": "ORD-10000001"}))["status"] == "shipped"
 
         refused = await agent.refused(
@@ -263,7 +263,7 @@ async def test_retail_domain_through_its_policy_pack(http_proxy: Any, harness: A
 
         await agent.ok("zendesk_update_item", {"table": "tickets", "id": "1", "item": {"status": "solved"}})
         committed = await agent.call("commit")
-        assert not committed.is_error, harness.text(committed)
+        assert not committed.is_error, text(committed)
         assert (await agent.json("get_order", {"order_id": "ORD-10000002"}))["status"] == "cancelled"
 
         await agent.ok("zendesk_update_item", {"table": "tickets", "id": "5", "item": {"status": "pending"}})
@@ -278,21 +278,21 @@ async def test_retail_domain_through_its_policy_pack(http_proxy: Any, harness: A
 
 @pytest.mark.parametrize("mode", ERAS)
 async def test_upstream_killed_mid_session_rolls_back_and_the_proxy_keeps_serving(
-    http_proxy: Any, upstreams: Any, harness: Any, mode: str
+    http_proxy: Any, upstreams: Any, mode: str
 ) -> None:
     db, n = upstreams.notes_db, f"{mode[:3]}-{uuid.uuid4().hex[:6]}"
-    async with connect(harness, http_proxy.url, mode) as agent:
+    async with connect(http_proxy.url, mode) as agent:
         await agent.ok("put_note", {"id": f"{n}-lost", "body": "pending"})
         port = int(upstreams.notes.url.rsplit(":", 1)[1].split("/")[0])
-        harness.kill(upstreams.notes.proc.pid)
+        kill(upstreams.notes.proc.pid)
 
         failed = await agent.call("put_note", {"id": f"{n}-after", "body": "x"})
         assert failed.is_error
         assert failed.structured_content is not None
         assert failed.structured_content["verdict"] == "failed"
         assert rule_ids(failed.structured_content) == ["upstream_failed"]
-        assert "went away" in harness.text(failed) and "nothing was committed" in harness.text(failed)
-        assert f"{n}-lost" not in harness.notes_rows(db)
+        assert "went away" in text(failed) and "nothing was committed" in text(failed)
+        assert f"{n}-lost" not in notes_rows(db)
 
         down = await agent.refused("get_note", {"id": "n1"})
         assert rule_ids(down) == ["upstream_unavailable"]
@@ -302,11 +302,11 @@ async def test_upstream_killed_mid_session_rolls_back_and_the_proxy_keeps_servin
         assert lost.is_error and lost.structured_content is not None
         assert rule_ids(lost.structured_content) == ["changes_lost"]
 
-        upstreams.notes.restart(harness.notes_http_args(db, port, transactional=True))
+        upstreams.notes.restart(notes_http_args(db, port, transactional=True))
         await agent.ok("put_note", {"id": f"{n}-again", "body": "redone"})
         assert (await agent.call("get_note", {"id": f"{n}-lost"})).is_error
         assert not (await agent.call("commit")).is_error
-        rows = harness.notes_rows(db)
+        rows = notes_rows(db)
         assert f"{n}-again" in rows and f"{n}-lost" not in rows
 
 
@@ -315,38 +315,38 @@ async def test_upstream_killed_mid_session_rolls_back_and_the_proxy_keeps_servin
 
 @pytest.mark.parametrize("mode", ERAS)
 async def test_journaled_upstream_applies_holds_and_compensates(
-    http_proxy: Any, upstreams: Any, harness: Any, mode: str
+    http_proxy: Any, upstreams: Any, mode: str
 ) -> None:
     db, n = upstreams.journal_db, f"{mode[:3]}-{uuid.uuid4().hex[:6]}"
-    async with connect(harness, http_proxy.url, mode) as agent:
+    async with connect(http_proxy.url, mode) as agent:
         await agent.ok("j_put_note", {"id": f"{n}-j", "body": "applied at once"})
-        assert f"{n}-j" in harness.notes_rows(db), "a journaled upstream applies writes at once"
+        assert f"{n}-j" in notes_rows(db), "a journaled upstream applies writes at once"
 
         held = await agent.refused("j_delete_note", {"id": "n2"})
         # Held before it is forwarded; this proxy has no reviewer, so refused at once (docs/approvals.md).
         assert held["verdict"] == "refused" and rule_ids(held) == ["no_reviewer"]
         assert "irreversible_unrehearsed" in held["violations"][0]["message"]
-        assert "n2" in harness.notes_rows(db), "an irreversible call is held before it is forwarded"
+        assert "n2" in notes_rows(db), "an irreversible call is held before it is forwarded"
 
         undone = await agent.call("rollback")
-        assert not undone.is_error, harness.text(undone)
-        assert f"{n}-j" not in harness.notes_rows(db), "rollback runs the compensating tool"
+        assert not undone.is_error, text(undone)
+        assert f"{n}-j" not in notes_rows(db), "rollback runs the compensating tool"
 
         await agent.ok("j_put_note", {"id": f"{n}-k", "body": "kept"})
         assert not (await agent.call("commit")).is_error
-        assert f"{n}-k" in harness.notes_rows(db)
+        assert f"{n}-k" in notes_rows(db)
 
 
 # -- orchestrators: the sessions API --------------------------------------------------------------------
 
 
-async def test_sessions_api_commits_refuses_and_rolls_back(http_proxy: Any, harness: Any) -> None:
+async def test_sessions_api_commits_refuses_and_rolls_back(http_proxy: Any) -> None:
     session = f"api-{uuid.uuid4().hex[:8]}"
     async with (
         Client(http_proxy.url, mode="2026-07-28", cache=None) as client,
         httpx2.AsyncClient(base_url=http_proxy.base) as http,
     ):
-        agent = harness.Agent(client, session)
+        agent = Agent(client, session)
         await agent.ok(
             "zendesk_update_item", {"table": "tickets", "id": "1", "item": {"description": "Called back"}}
         )
@@ -389,14 +389,12 @@ async def test_sessions_api_commits_refuses_and_rolls_back(http_proxy: Any, harn
 
 
 @pytest.mark.parametrize("mode", ERAS)
-async def test_stdio_agent_session(
-    stdio_configs: dict[str, Path], notes_db: Path, harness: Any, mode: str
-) -> None:
+async def test_stdio_agent_session(stdio_configs: dict[str, Path], notes_db: Path, mode: str) -> None:
     args = ["serve", "--config", str(stdio_configs[mode]), "--stdio"]
-    params = StdioServerParameters(command=harness.shadowguard, args=args)
+    params = StdioServerParameters(command=SHADOWGUARD, args=args)
     n = f"stdio-{mode[:3]}-{uuid.uuid4().hex[:6]}"
     async with Client(params, mode=mode, cache=None, read_timeout_seconds=60) as client:
-        agent = harness.Agent(client)
+        agent = Agent(client)
         tools = {t.name for t in (await client.list_tools()).tools}
         assert {"get_note", "j_put_note", "cancel_order", "commit", "rollback"} <= tools
         assert "__reserved__dump" not in tools
@@ -409,7 +407,7 @@ async def test_stdio_agent_session(
         assert rule_ids(refused.structured_content) == ["notes.no_todo_drafts"]
         await agent.ok("put_note", {"id": f"{n}-a", "body": "over stdio"})
         assert not (await agent.call("commit")).is_error
-        assert harness.notes_rows(notes_db)[f"{n}-a"]["body"] == "over stdio"
+        assert notes_rows(notes_db)[f"{n}-a"]["body"] == "over stdio"
 
         verdict = await agent.refused(
             "cancel_order", {"order_id": "ORD-10000001", "cancellation_reason": "customer_request"}
@@ -419,12 +417,12 @@ async def test_stdio_agent_session(
 
         await agent.ok("put_note", {"id": f"{n}-b", "body": "pending"})
         await agent.ok("zendesk_update_item", {"table": "tickets", "id": "5", "item": {"status": "pending"}})
-        harness.kill(int(await agent.ok("whoami")))
+        kill(int(await agent.ok("whoami")))
         failed = await agent.call("get_note", {"id": f"{n}-b"})
-        assert failed.is_error and "nothing was committed" in harness.text(failed)
+        assert failed.is_error and "nothing was committed" in text(failed)
         ticket = await agent.json("zendesk_get_item", {"table": "tickets", "id": "5"})
         assert ticket["item"]["status"] == "open", "the other upstream's transaction was rolled back too"
-        assert f"{n}-b" not in harness.notes_rows(notes_db)
+        assert f"{n}-b" not in notes_rows(notes_db)
         lost = await agent.call("commit")
         assert lost.is_error and lost.structured_content is not None
         assert rule_ids(lost.structured_content) == ["changes_lost"]
@@ -432,4 +430,4 @@ async def test_stdio_agent_session(
         assert (await agent.json("get_note", {"id": f"{n}-a"}))["body"] == "over stdio"
         await agent.ok("put_note", {"id": f"{n}-c", "body": "after the restart"})
         assert not (await agent.call("commit")).is_error
-    assert harness.notes_rows(notes_db)[f"{n}-c"]["body"] == "after the restart"
+    assert notes_rows(notes_db)[f"{n}-c"]["body"] == "after the restart"

@@ -22,11 +22,6 @@ from proxy.telemetry import record_call
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @asynccontextmanager
 async def serving(readiness: Readiness) -> AsyncIterator[str]:
     app = FastAPI()

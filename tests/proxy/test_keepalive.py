@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 
 from guard.keepalive import CLIENT_KEEPALIVE_EXPIRY_S, SERVER_KEEP_ALIVE_S
 from proxy.upstream_http import upstream_http_limits
+from tests.support.processes import RETAIL_SERVE, Process, notes_http, shadowguard_serve
+from tests.support.proxy import notes_upstream, write_config
 
 UVICORN_DEFAULT_KEEP_ALIVE_S = 5.0
 IDLE_S = UVICORN_DEFAULT_KEEP_ALIVE_S + 2.0
@@ -76,31 +78,31 @@ def test_the_proxys_upstream_pool_expires_idle_connections_first() -> None:
     assert upstream_http_limits().keepalive_expiry == CLIENT_KEEPALIVE_EXPIRY_S
 
 
-def test_shadowguard_serve_keeps_an_idle_connection(tmp_path: Path, harness: Any) -> None:
+def test_shadowguard_serve_keeps_an_idle_connection(tmp_path: Path) -> None:
     db = tmp_path / "notes.sqlite"
-    config = harness.write_config(
+    config = write_config(
         tmp_path / "proxy.yaml",
-        [harness.notes_upstream(db, "keepalive")],
+        [notes_upstream(db, "keepalive")],
         http={"host": "127.0.0.1", "port": 0},
     )
-    proxy = harness.shadowguard_serve(config).ready()
+    proxy = shadowguard_serve(config).ready()
     try:
         assert_kept_alive(proxy.url, "/healthz")
     finally:
         proxy.stop()
 
 
-def test_the_notes_fixture_keeps_an_idle_connection(tmp_path: Path, harness: Any) -> None:
-    notes = harness.notes_http(tmp_path / "notes.sqlite").ready()
+def test_the_notes_fixture_keeps_an_idle_connection(tmp_path: Path) -> None:
+    notes = notes_http(tmp_path / "notes.sqlite").ready()
     try:
         assert_kept_alive(notes.url, "/mcp")
     finally:
         notes.stop()
 
 
-def test_env_serve_keeps_an_idle_connection(tmp_path: Path, harness: Any, bench: Any) -> None:
-    env = harness.Process(
-        [*harness.retail_serve, "--port", "0", "--data", str(bench.tasks_root)],
+def test_env_serve_keeps_an_idle_connection(tmp_path: Path, bench: Any) -> None:
+    env = Process(
+        [*RETAIL_SERVE, "--port", "0", "--data", str(bench.tasks_root)],
         tmp_path / "retail.log",
         announce="env serve: listening on",
     ).ready()

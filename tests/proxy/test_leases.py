@@ -11,7 +11,6 @@ pooled schema until its 30-minute idle timeout.
 from __future__ import annotations
 
 import os
-import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,109 +21,94 @@ import anyio
 import httpx2
 import pytest
 
+from tests.support.processes import RETAIL_SERVE, NotesServer, Process, kill, shadowguard_serve
+from tests.support.proxy import (
+    MODERN,
+    agent_on,
+    direct_write,
+    notes_http_upstream,
+    notes_rows,
+    retail_http_upstream,
+    write_config,
+)
+
 pytestmark = pytest.mark.anyio
-MODERN = "2026-07-28"
 LEASE_S = 2.0
 WAIT_S = LEASE_S + 30.0
 """How long a test waits for the lease to lapse: the lease, plus a generous bound for a loaded machine."""
 PG_URL = os.environ.get("SHADOWGUARD_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
 
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture
-def notes(tmp_path: Path, harness: Any) -> Iterator[Any]:
-    db = tmp_path / "notes.sqlite"
-    args = [*harness.notes_http_args(db, transactional=True), "--tx-lease", str(LEASE_S)]
-    process = harness.Process(args, db.with_suffix(".log"), announce="notes: listening on").ready()
-    process.db = db
+def notes(tmp_path: Path) -> Iterator[NotesServer]:
+    process = NotesServer(tmp_path / "notes.sqlite", "--tx-lease", str(LEASE_S)).ready()
     yield process
     process.stop()
 
 
-def proxy_for(harness: Any, tmp: Path, upstream: dict[str, Any]) -> Any:
-    config = harness.write_config(
+def proxy_for(tmp: Path, upstream: dict[str, Any]) -> Any:
+    config = write_config(
         tmp / "proxy.yaml",
         [upstream],
         http={"host": "127.0.0.1", "port": 0},
         sessions={"store": f"sqlite:///{tmp / 'sessions.db'}"},
     )
-    return harness.shadowguard_serve(config).ready()
+    return shadowguard_serve(config).ready()
 
 
-def direct_write(db: Path) -> str | None:
-    """A writer beside the proxy on the upstream's database: None, or its error."""
-    conn = sqlite3.connect(str(db), timeout=0.2)
-    try:
-        conn.execute("UPDATE notes SET body = ? WHERE id = 'n1'", (f"direct {uuid.uuid4().hex[:6]}",))
-        conn.commit()
-    except sqlite3.OperationalError as exc:
-        return str(exc)
-    finally:
-        conn.close()
-    return None
-
-
-def kill_and_wait(harness: Any, process: Any) -> None:
-    harness.kill(process.proc.pid)
+def kill_and_wait(process: Any) -> None:
+    kill(process.proc.pid)
     process.proc.wait(timeout=60)
 
 
 async def test_a_killed_proxys_transaction_is_rolled_back_when_its_lease_lapses(
-    tmp_path: Path, harness: Any, notes: Any
+    tmp_path: Path, notes: NotesServer
 ) -> None:
     proxy = proxy_for(
-        harness,
         tmp_path,
-        {"name": "notes", "transport": "http", "url": notes.url, "policy": str(harness.notes_policy)},
+        notes_http_upstream(notes.url),
     )
     note = f"lease-{uuid.uuid4().hex[:8]}"
     try:
-        async with harness.agent_on(proxy.url, MODERN) as agent:
+        async with agent_on(proxy.url, MODERN) as agent:
             await agent.ok("put_note", {"id": note, "body": "never committed", "status": "draft"})
-            assert direct_write(notes.db) == "database is locked", "the session holds the write lock"
-        kill_and_wait(harness, proxy)
+            assert direct_write(notes.db, timeout=0.2) == "database is locked", (
+                "the session holds the write lock"
+            )
+        kill_and_wait(proxy)
         deadline = time.monotonic() + WAIT_S
-        while (error := direct_write(notes.db)) is not None and time.monotonic() < deadline:
+        while (error := direct_write(notes.db, timeout=0.2)) is not None and time.monotonic() < deadline:
             await anyio.sleep(0.2)
         assert error is None, f"still locked {WAIT_S:.0f} s after the kill: {error}"
-        assert note not in harness.notes_rows(notes.db), "rolled back, not committed"
+        assert note not in notes_rows(notes.db), "rolled back, not committed"
     finally:
         proxy.stop()
 
 
-async def test_a_quiet_agents_transaction_outlives_the_lease(
-    tmp_path: Path, harness: Any, notes: Any
-) -> None:
+async def test_a_quiet_agents_transaction_outlives_the_lease(tmp_path: Path, notes: NotesServer) -> None:
     """The proxy renews the lease while the agent sends nothing for several leases."""
     proxy = proxy_for(
-        harness,
         tmp_path,
-        {"name": "notes", "transport": "http", "url": notes.url, "policy": str(harness.notes_policy)},
+        notes_http_upstream(notes.url),
     )
     note = f"quiet-{uuid.uuid4().hex[:8]}"
     try:
-        async with harness.agent_on(proxy.url, MODERN) as agent:
+        async with agent_on(proxy.url, MODERN) as agent:
             await agent.ok("put_note", {"id": note, "body": "thought about", "status": "draft"})
             await anyio.sleep(LEASE_S * 3)
             await agent.ok("commit")
-        assert harness.notes_rows(notes.db)[note]["body"] == "thought about"
+        assert notes_rows(notes.db)[note]["body"] == "thought about"
     finally:
         assert proxy.stop() == 0, proxy.log.read_text()
 
 
-async def test_the_postgresql_env_server_frees_a_killed_proxys_session(
-    tmp_path: Path, harness: Any, bench: Any
-) -> None:
+async def test_the_postgresql_env_server_frees_a_killed_proxys_session(tmp_path: Path, bench: Any) -> None:
     """The env server closes the lapsed session's environment, so its pooled schema goes back."""
     if PG_URL == "off":
         pytest.skip("PostgreSQL tests disabled with SHADOWGUARD_TEST_PG=off")
-    env = harness.Process(
+    env = Process(
         [
-            *harness.retail_serve,
+            *RETAIL_SERVE,
             "--port",
             "0",
             "--data",
@@ -137,15 +121,15 @@ async def test_the_postgresql_env_server_frees_a_killed_proxys_session(
         tmp_path / "retail.log",
         announce="env serve: listening on",
     ).ready()
-    proxy = proxy_for(harness, tmp_path, harness.retail_http_upstream(env.url))
+    proxy = proxy_for(tmp_path, retail_http_upstream(env.url))
     try:
-        async with harness.agent_on(proxy.url, MODERN) as agent:
+        async with agent_on(proxy.url, MODERN) as agent:
             await agent.ok(
                 "zendesk_update_item", {"table": "tickets", "id": "1", "item": {"description": "pending"}}
             )
         async with httpx2.AsyncClient(base_url=env.base, timeout=30) as http:
             assert (await http.get("/healthz")).json()["sessions"] == 1
-            kill_and_wait(harness, proxy)
+            kill_and_wait(proxy)
             deadline = time.monotonic() + WAIT_S
             while (
                 sessions := (await http.get("/healthz")).json()["sessions"]

@@ -16,11 +16,6 @@ from proxy.upstreams import Upstream, UpstreamError
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 PACK = """\
 version: 2
 name: notes

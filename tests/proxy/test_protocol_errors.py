@@ -16,20 +16,12 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp import Client
 
+from tests.support.processes import SHADOWGUARD
+from tests.support.proxy import ENVELOPE, MAX_BODY_BYTES, MODERN, journal_upstream, write_config
+
 pytestmark = pytest.mark.anyio
 
-MODERN = "2026-07-28"
-ENVELOPE = {
-    "io.modelcontextprotocol/protocolVersion": MODERN,
-    "io.modelcontextprotocol/clientInfo": {"name": "raw-client", "version": "1"},
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
 ACCEPT = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def _message(response: httpx2.Response) -> dict[str, Any]:
@@ -100,7 +92,7 @@ def error_code(message: dict[str, Any]) -> int:
 
 
 @pytest.mark.parametrize("mode", ["legacy", MODERN])
-async def test_http_bad_requests_get_json_rpc_errors(http_proxy: Any, harness: Any, mode: str) -> None:
+async def test_http_bad_requests_get_json_rpc_errors(http_proxy: Any, mode: str) -> None:
     session = {"shadowguard/session": f"raw-{mode}"}
     async with httpx2.AsyncClient(base_url=http_proxy.base, timeout=60) as http:
         raw = Raw(http, mode)
@@ -129,7 +121,7 @@ async def test_http_bad_requests_get_json_rpc_errors(http_proxy: Any, harness: A
             _, message = await raw.request("tools/call", {"name": "get_note", "arguments": {"id": "n1"}})
             assert message["result"]["_meta"]["shadowguard/outcome"]["sessionless"] is True
 
-        big = {"id": "x" * (harness.max_body_bytes + 1)}
+        big = {"id": "x" * (MAX_BODY_BYTES + 1)}
         status, _ = await raw.request("tools/call", {"name": "get_note", "arguments": big, "_meta": session})
         assert status == 413
 
@@ -157,17 +149,17 @@ async def test_http_bad_requests_get_json_rpc_errors(http_proxy: Any, harness: A
 
 @pytest.mark.parametrize("mode", ["legacy"])
 async def test_stdio_bad_lines_get_json_rpc_errors_and_the_side_port_serves(
-    module_tmp: Path, upstreams: Any, harness: Any, mode: str
+    module_tmp: Path, upstreams: Any, mode: str
 ) -> None:
-    config = harness.write_config(
+    config = write_config(
         module_tmp / f"stdio-{mode}.yaml",
-        [harness.journal_upstream(upstreams.journal.url)],
+        [journal_upstream(upstreams.journal.url)],
         http={"host": "127.0.0.1", "port": 0, "max_body_bytes": 4096},
     )
     log = module_tmp / f"stdio-{mode}.log"
     with log.open("wb") as stderr:
         process = await anyio.open_process(
-            [harness.shadowguard, "serve", "--config", str(config), "--stdio"], stderr=stderr
+            [SHADOWGUARD, "serve", "--config", str(config), "--stdio"], stderr=stderr
         )
     async with process:
         assert process.stdin is not None and process.stdout is not None

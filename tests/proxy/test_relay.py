@@ -19,30 +19,26 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.subscriptions import ToolsListChanged
 
+from tests.support.processes import SHADOWGUARD
+from tests.support.proxy import write_config
+
 pytestmark = pytest.mark.anyio
 ERAS = ["legacy", "2026-07-28"]
 ASKING_SERVER = Path(__file__).resolve().parents[1] / "fixtures" / "asking_server.py"
 
 
 @pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def proxy(module_tmp: Path, harness: Any) -> StdioServerParameters:
+def proxy(module_tmp: Path) -> StdioServerParameters:
     upstream = {
         "name": "asking",
         "transport": "stdio",
         "command": sys.executable,
         "args": [str(ASKING_SERVER)],
     }
-    config = harness.write_config(
+    config = write_config(
         module_tmp / "asking.yaml", [upstream], audit={"path": str(module_tmp / "audit.jsonl")}
     )
-    return StdioServerParameters(
-        command=harness.shadowguard, args=["serve", "--config", str(config), "--stdio"]
-    )
+    return StdioServerParameters(command=SHADOWGUARD, args=["serve", "--config", str(config), "--stdio"])
 
 
 def text(result: types.CallToolResult) -> str:
@@ -57,10 +53,10 @@ async def test_an_upstreams_input_round_reaches_the_agent(proxy: StdioServerPara
         asked.append(params.message)
         return types.ElicitResult(action="accept", content={"name": "Grace"})
 
-    progress: list[float] = []
+    reported: list[float] = []
 
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append(value)
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reported.append(progress)
 
     async with Client(proxy, mode=mode, cache=None, elicitation_callback=elicitation) as agent:
         greeted = await agent.call_tool("greet", {})
@@ -68,7 +64,7 @@ async def test_an_upstreams_input_round_reaches_the_agent(proxy: StdioServerPara
     assert not greeted.is_error, text(greeted)
     assert text(greeted) == "Hello, Grace!"
     assert asked == ["Your name?"]
-    assert not counted.is_error and progress == [1, 2, 3]
+    assert not counted.is_error and reported == [1, 2, 3]
 
 
 @pytest.mark.parametrize("mode", ERAS)

@@ -32,15 +32,21 @@ import pytest
 import yaml
 
 from proxy.approvals.auth import hash_token
+from tests.support.processes import SHADOWGUARD, NotesServer, kill, notes_http, shadowguard_serve
+from tests.support.proxy import (
+    ENVELOPE,
+    MODERN,
+    agent_on,
+    direct_write,
+    notes_http_upstream,
+    notes_rows,
+    notes_upstream,
+    text,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
-MODERN = "2026-07-28"
-ENVELOPE = {
-    "io.modelcontextprotocol/protocolVersion": MODERN,
-    "io.modelcontextprotocol/clientInfo": {"name": "raw-client", "version": "1"},
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
 HEADERS = {
     "Content-Type": "application/json",
     "Accept": "application/json, text/event-stream",
@@ -74,11 +80,6 @@ POLICY = {
 
 
 @pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
 def policy(module_tmp: Path) -> Path:
     path = module_tmp / "policy.yaml"
     path.write_text(yaml.safe_dump(POLICY, sort_keys=False))
@@ -86,19 +87,18 @@ def policy(module_tmp: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def notes(module_tmp: Path, harness: Any) -> Iterator[Any]:
+def notes(module_tmp: Path) -> Iterator[NotesServer]:
     """The notes fixture over HTTP (transactional) on a database of this module's own."""
-    process = harness.notes_http(module_tmp / "notes.sqlite").ready()
-    process.db = module_tmp / "notes.sqlite"
+    process = notes_http(module_tmp / "notes.sqlite").ready()
     yield process
     process.stop()
 
 
 @pytest.fixture(scope="module")
-def proxy(module_tmp: Path, harness: Any, notes: Any, policy: Path) -> Iterator[Any]:
-    config = harness.write_config(
+def proxy(module_tmp: Path, notes: NotesServer, policy: Path) -> Iterator[Any]:
+    config = write_config(
         module_tmp / "proxy.yaml",
-        [{"name": "notes", "transport": "http", "url": notes.url, "policy": str(policy)}],
+        [notes_http_upstream(notes.url, policy)],
         http={"host": "127.0.0.1", "port": 0},
         audit={"path": str(module_tmp / "audit.jsonl")},
         approvals={"store": f"sqlite:///{module_tmp / 'approvals.db'}", "wait_s": 0},
@@ -108,23 +108,10 @@ def proxy(module_tmp: Path, harness: Any, notes: Any, policy: Path) -> Iterator[
             "reviewers": [{"name": "ed", "role": "approver", "token_sha256": hash_token("reliability-ed")}]
         },
     )
-    process = harness.shadowguard_serve(config).ready()
+    process = shadowguard_serve(config).ready()
     process.audit = module_tmp / "audit.jsonl"
     yield process
     assert process.stop() == 0, process.log.read_text()
-
-
-def direct_write(db: Path, note: str = "n1") -> str | None:
-    """Another writer on the upstream's database (not through the proxy): None, or its error."""
-    conn = sqlite3.connect(str(db), timeout=2.0)
-    try:
-        conn.execute("UPDATE notes SET body = ? WHERE id = ?", (f"direct {uuid.uuid4().hex[:6]}", note))
-        conn.commit()
-    except sqlite3.OperationalError as exc:
-        return str(exc)
-    finally:
-        conn.close()
-    return None
 
 
 def audit_records(path: Path) -> list[dict[str, Any]]:
@@ -162,8 +149,8 @@ async def raw_call(
 # -- the SQLite write lock ---------------------------------------------------------------------------
 
 
-async def test_held_and_rolled_back_calls_leave_no_write_lock(proxy: Any, notes: Any, harness: Any) -> None:
-    async with harness.agent_on(proxy.url, MODERN) as a, harness.agent_on(proxy.url, MODERN) as b:
+async def test_held_and_rolled_back_calls_leave_no_write_lock(proxy: Any, notes: NotesServer) -> None:
+    async with agent_on(proxy.url, MODERN) as a, agent_on(proxy.url, MODERN) as b:
         held = await a.refused("delete_note", {"id": "n2"})
         assert held["verdict"] == "held", held
         assert direct_write(notes.db) is None
@@ -176,8 +163,8 @@ async def test_held_and_rolled_back_calls_leave_no_write_lock(proxy: Any, notes:
         assert direct_write(notes.db) is None
         await b.ok("put_note", {"id": note, "body": "again", "status": "draft"})
         await b.ok("commit")
-        assert harness.notes_rows(notes.db)[note]["body"] == "again"
-        assert "n2" in harness.notes_rows(notes.db)
+        assert notes_rows(notes.db)[note]["body"] == "again"
+        assert "n2" in notes_rows(notes.db)
 
 
 # -- limits --------------------------------------------------------------------------------------------
@@ -204,7 +191,7 @@ async def test_the_wide_payload_is_refused_by_a_named_limit_and_audited(proxy: A
 # -- lone surrogates -------------------------------------------------------------------------------------
 
 
-async def test_lone_surrogates_are_refused_and_break_nothing(proxy: Any, notes: Any, harness: Any) -> None:
+async def test_lone_surrogates_are_refused_and_break_nothing(proxy: Any, notes: NotesServer) -> None:
     session = f"sur-{uuid.uuid4().hex[:8]}"
     note = f"s-{uuid.uuid4().hex[:8]}"
     meta = {"shadowguard/session": session}
@@ -233,7 +220,7 @@ async def test_lone_surrogates_are_refused_and_break_nothing(proxy: Any, notes: 
         assert "no_such_tool_x" not in metrics.text  # callers' text is no label: series stay bounded
         commit = await raw_call(http, "commit", {}, meta)
         assert commit["result"]["structuredContent"]["committed"] is True, commit
-    assert harness.notes_rows(notes.db)[note]["body"] == "kept"
+    assert notes_rows(notes.db)[note]["body"] == "kept"
     records = [r for r in audit_records(proxy.audit) if r.get("session") == session]
     assert [r["verdict"] for r in records if r["kind"] == "call"] == ["allowed", "refused"]
     unknown = [r for r in audit_records(proxy.audit) if r.get("tool") == "no_such_tool_x"]
@@ -243,9 +230,9 @@ async def test_lone_surrogates_are_refused_and_break_nothing(proxy: Any, notes: 
 # -- session ids -------------------------------------------------------------------------------------------
 
 
-async def test_session_ids_with_slashes_are_addressable(proxy: Any, harness: Any) -> None:
+async def test_session_ids_with_slashes_are_addressable(proxy: Any) -> None:
     session = f"team/{uuid.uuid4().hex[:6]}/agent"
-    async with harness.agent_on(proxy.url, MODERN) as agent:
+    async with agent_on(proxy.url, MODERN) as agent:
         agent.session = session
         await agent.ok("put_note", {"id": f"sl-{uuid.uuid4().hex[:6]}", "body": "x", "status": "draft"})
     async with httpx2.AsyncClient(base_url=proxy.base, timeout=60) as http:
@@ -261,39 +248,39 @@ async def test_session_ids_with_slashes_are_addressable(proxy: Any, harness: Any
 
 
 async def test_a_commit_after_kill_9_and_restart_is_refused_as_lost(
-    module_tmp: Path, harness: Any, policy: Path, marker: str
+    module_tmp: Path, policy: Path, marker: str
 ) -> None:
     db = module_tmp / "crash.sqlite"
-    config = harness.write_config(
+    config = write_config(
         module_tmp / "crash.yaml",
-        [harness.notes_upstream(db, marker, policy=str(policy))],
+        [notes_upstream(db, marker, policy=str(policy))],
         http={"host": "127.0.0.1", "port": 0},
         approvals={"store": f"sqlite:///{module_tmp / 'crash-approvals.db'}", "wait_s": 0},
         sessions={"store": f"sqlite:///{module_tmp / 'crash-sessions.db'}"},
     )
-    process = harness.shadowguard_serve(config).ready()
+    process = shadowguard_serve(config).ready()
     note = f"c-{uuid.uuid4().hex[:8]}"
     try:
-        async with harness.agent_on(process.url, MODERN) as agent:
+        async with agent_on(process.url, MODERN) as agent:
             session = agent.session
             await agent.ok("put_note", {"id": note, "body": "pending", "status": "draft"})
-        harness.kill(process.proc.pid)
+        kill(process.proc.pid)
         process.proc.wait(timeout=60)
-        process.restart([harness.shadowguard, "serve", "--config", str(config)])
-        async with harness.agent_on(process.url, MODERN) as agent:
+        process.restart([SHADOWGUARD, "serve", "--config", str(config)])
+        async with agent_on(process.url, MODERN) as agent:
             agent.session = session
             result = await agent.call("commit")
-            assert result.is_error, harness.text(result)
+            assert result.is_error, text(result)
             assert result.structured_content is not None
             assert result.structured_content["committed"] is False
             (violation,) = result.structured_content["violations"]
             assert violation["rule_id"] == "changes_lost"
             assert "the proxy stopped before they were committed" in violation["message"]
-            assert "still pending" not in harness.text(result)
+            assert "still pending" not in text(result)
             # Told once: the session goes on (a new write, then a commit that keeps it).
             await agent.ok("put_note", {"id": note, "body": "redone", "status": "draft"})
             await agent.ok("commit")
-        assert harness.notes_rows(db)[note]["body"] == "redone"
+        assert notes_rows(db)[note]["body"] == "redone"
     finally:
         assert process.stop() == 0, process.log.read_text()
 
@@ -345,17 +332,17 @@ def redis_server(tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[bytes]]
 
 
 async def test_readyz_is_not_ready_while_the_approval_store_is_down(
-    tmp_path: Path, harness: Any, notes: Any, policy: Path, redis_server: tuple[int, Any]
+    tmp_path: Path, notes: NotesServer, policy: Path, redis_server: tuple[int, Any]
 ) -> None:
     port, redis = redis_server
-    config = harness.write_config(
+    config = write_config(
         tmp_path / "ready.yaml",
-        [{"name": "notes", "transport": "http", "url": notes.url, "policy": str(policy)}],
+        [notes_http_upstream(notes.url, policy)],
         http={"host": "127.0.0.1", "port": 0},
         approvals={"store": f"redis://127.0.0.1:{port}/0", "wait_s": 0},
         sessions={"store": f"sqlite:///{tmp_path / 'sessions.db'}"},
     )
-    process = harness.shadowguard_serve(config).ready()
+    process = shadowguard_serve(config).ready()
     try:
         async with httpx2.AsyncClient(base_url=process.base, timeout=60) as http:
             ready = await http.get("/readyz")
@@ -370,7 +357,7 @@ async def test_readyz_is_not_ready_while_the_approval_store_is_down(
         assert process.stop() == 0, process.log.read_text()
 
 
-def identity(meta: dict[str, Any] | None, user: str | None) -> tuple[str, str | None]:
+def identity(meta: dict[str, Any] | None, user: str | None) -> tuple[str | None, str | None]:
     """``session_identity`` of a 2026-07-28 HTTP request by ``user`` (None: unauthenticated)."""
     from mcp.server import ServerRequestContext
     from starlette.authentication import SimpleUser
@@ -381,7 +368,7 @@ def identity(meta: dict[str, Any] | None, user: str | None) -> tuple[str, str | 
     scope: dict[str, Any] = {"type": "http", "method": "POST", "path": "/mcp", "headers": []}
     if user is not None:
         scope["user"] = SimpleUser(user)
-    context = ServerRequestContext(
+    context: ServerRequestContext[dict[str, Any], Request] = ServerRequestContext(
         session=None,  # type: ignore[arg-type]
         lifespan_context={},
         protocol_version=MODERN,
@@ -420,22 +407,22 @@ def test_another_principals_session_is_answered_as_an_unknown_id() -> None:
 
 
 async def test_sigterm_stops_the_proxy_promptly_while_a_call_is_retrying(
-    module_tmp: Path, harness: Any, policy: Path, marker: str
+    module_tmp: Path, policy: Path, marker: str
 ) -> None:
     """Another writer holds the upstream's write lock, so a session's write is retried by the guard
     (up to its 30 s deadline); SIGTERM must not wait for that."""
     db = module_tmp / "stop.sqlite"
-    config = harness.write_config(
+    config = write_config(
         module_tmp / "stop.yaml",
-        [harness.notes_upstream(db, marker, policy=str(policy))],
+        [notes_upstream(db, marker, policy=str(policy))],
         http={"host": "127.0.0.1", "port": 0},
         approvals={"store": f"sqlite:///{module_tmp / 'stop-approvals.db'}", "wait_s": 0},
         sessions={"store": f"sqlite:///{module_tmp / 'stop-sessions.db'}"},
     )
-    process = harness.shadowguard_serve(config).ready()
+    process = shadowguard_serve(config).ready()
     holder: sqlite3.Connection | None = None
     try:
-        async with harness.agent_on(process.url, MODERN) as agent:
+        async with agent_on(process.url, MODERN) as agent:
             await agent.ok("get_note", {"id": "n1"})  # the upstream has created its database
             holder = sqlite3.connect(str(db), timeout=5, isolation_level=None)
             holder.execute("BEGIN IMMEDIATE")

@@ -26,7 +26,7 @@ import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import anyio
 import httpx2
@@ -37,6 +37,8 @@ from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
 from proxy.approvals.auth import hash_token
+from tests.support.processes import kill, shadowguard_serve
+from tests.support.proxy import notes_rows, notes_upstream, request_meta, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # minutes on a loaded machine: `make slow-check`
 REDIS_URL = os.environ.get("SHADOWGUARD_TEST_REDIS", "redis://127.0.0.1:6379/0")
@@ -50,11 +52,6 @@ AUTH = {
 }
 
 
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -62,18 +59,18 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def replicas(tmp_path: Path, harness: Any) -> Iterator[dict[str, Any]]:
+def replicas(tmp_path: Path) -> Iterator[dict[str, Any]]:
     """Replicas a and b (started one after the other: the first creates the shared database)."""
-    yield from _replicas(tmp_path, harness)
+    yield from _replicas(tmp_path)
 
 
 @pytest.fixture
-def replicas_with_auth(tmp_path: Path, harness: Any) -> Iterator[dict[str, Any]]:
+def replicas_with_auth(tmp_path: Path) -> Iterator[dict[str, Any]]:
     """Replicas a and b with agent tokens (alice, bob) and an orchestrator's (ops)."""
-    yield from _replicas(tmp_path, harness, auth=AUTH)
+    yield from _replicas(tmp_path, auth=AUTH)
 
 
-def _replicas(tmp_path: Path, harness: Any, **sections: Any) -> Iterator[dict[str, Any]]:
+def _replicas(tmp_path: Path, **sections: Any) -> Iterator[dict[str, Any]]:
     try:
         with redis.Redis.from_url(REDIS_URL) as probe:
             probe.ping()
@@ -84,8 +81,8 @@ def _replicas(tmp_path: Path, harness: Any, **sections: Any) -> Iterator[dict[st
     try:
         for name in ("a", "b"):
             port = _free_port()
-            upstream = harness.notes_upstream(db, f"replicas-{uuid.uuid4().hex}", writers=1, writer_wait_s=60)
-            config = harness.write_config(
+            upstream = notes_upstream(db, f"replicas-{uuid.uuid4().hex}", writers=1, writer_wait_s=60)
+            config = write_config(
                 tmp_path / f"{name}.yaml",
                 [upstream],
                 http={"host": "127.0.0.1", "port": port},
@@ -94,7 +91,7 @@ def _replicas(tmp_path: Path, harness: Any, **sections: Any) -> Iterator[dict[st
                 replicas={"redis": REDIS_URL, "url": f"http://127.0.0.1:{port}", "heartbeat_s": HEARTBEAT_S},
                 **sections,
             )
-            started[name] = harness.shadowguard_serve(config).ready()
+            started[name] = shadowguard_serve(config).ready()
         yield started
     finally:
         for name in ("a", "b"):
@@ -104,7 +101,7 @@ def _replicas(tmp_path: Path, harness: Any, **sections: Any) -> Iterator[dict[st
 
 def _meta(session: str) -> types.RequestParamsMeta:
     """A request's ``_meta`` naming the guard session."""
-    return cast(types.RequestParamsMeta, {"shadowguard/session": session})
+    return request_meta({"shadowguard/session": session})
 
 
 def _retryable(outcome: Any) -> bool:
@@ -130,7 +127,9 @@ class RoundRobin:
         for _ in range(RETRIES):
             client = self.clients[self.turn % len(self.clients)]
             self.turn += 1
-            result = await client.call_tool(tool, arguments, meta=_meta(session))
+            result = await client.call_tool(
+                tool, arguments, meta=request_meta({"shadowguard/session": session})
+            )
             text = "\n".join(getattr(p, "text", "") for p in result.content)
             if not (result.is_error and _retryable((result.meta or {}).get("shadowguard/outcome"))):
                 break
@@ -160,9 +159,7 @@ async def _session(rr: RoundRobin, i: int, commit: bool, committing: set[str] | 
     return session
 
 
-async def test_hundred_sessions_across_two_replicas_all_or_nothing(
-    replicas: dict[str, Any], harness: Any
-) -> None:
+async def test_hundred_sessions_across_two_replicas_all_or_nothing(replicas: dict[str, Any]) -> None:
     done: dict[int, str] = {}
     committing: set[str] = set()
 
@@ -179,7 +176,7 @@ async def test_hundred_sessions_across_two_replicas_all_or_nothing(
         async with anyio.create_task_group() as tg:
             for w in range(4):
                 tg.start_soon(worker, list(range(w, SESSIONS, 4)))
-    rows = harness.notes_rows(replicas["db"])
+    rows = notes_rows(replicas["db"])
     for i, session in sorted(done.items()):
         present = [f"{session}-{p}" in rows for p in ("a", "b")]
         assert present == [i % 4 != 3] * 2, f"session {i}: {present}"
@@ -188,9 +185,7 @@ async def test_hundred_sessions_across_two_replicas_all_or_nothing(
     assert len(owned) == 2, f"sessions owned by {owned}: both replicas should own some"
 
 
-async def test_a_killed_replica_loses_its_sessions_the_other_keeps_serving(
-    replicas: dict[str, Any], harness: Any
-) -> None:
+async def test_a_killed_replica_loses_its_sessions_the_other_keeps_serving(replicas: dict[str, Any]) -> None:
     """One session on replica a is mid-run (two uncommitted writes, one of them sent through b) when a
     is killed; one session on b has only read so far. Both upstreams write one SQLite file, so a's open
     transaction holds the file's write lock until a's upstream dies with it."""
@@ -207,7 +202,7 @@ async def test_a_killed_replica_loses_its_sessions_the_other_keeps_serving(
         await RoundRobin([cb]).call(doomed, "put_note", {"id": f"{doomed}-b", "body": "x"})  # forwarded
         await RoundRobin([ca]).call(doomed_api, "get_note", {"id": "n1"})  # a owns it, nothing written
 
-        harness.kill(a.proc.pid)
+        kill(a.proc.pid)
         a.proc.wait()
         await _api_commit_until_lost(b.base, doomed_api)
 
@@ -216,7 +211,7 @@ async def test_a_killed_replica_loses_its_sessions_the_other_keeps_serving(
             await RoundRobin([cb]).call(survivor, "put_note", {"id": f"{survivor}-{part}", "body": "y"})
         await RoundRobin([cb]).call(survivor, "commit", {})
         # a's session, asked on b: unreachable (retry) while a's lease lasts, then lost for good
-        meta = _meta(doomed)
+        meta = request_meta({"shadowguard/session": doomed})
         with anyio.fail_after(HEARTBEAT_S * 15):
             while True:
                 try:
@@ -235,7 +230,7 @@ async def test_a_killed_replica_loses_its_sessions_the_other_keeps_serving(
             await cb.call_tool("get_note", {"id": f"{doomed}-a"}, meta=meta)
         fresh = await _session(RoundRobin([cb]), 2, commit=True)  # a new session on b works
 
-    rows = harness.notes_rows(replicas["db"])
+    rows = notes_rows(replicas["db"])
     assert f"{doomed}-a" not in rows and f"{doomed}-b" not in rows
     for session in (committed_on_a, survivor, fresh):
         assert f"{session}-a" in rows and f"{session}-b" in rows, session
@@ -259,7 +254,7 @@ async def _api_commit_until_lost(base: str, session: str) -> None:
 
 
 async def test_the_sessions_api_on_the_replica_that_does_not_own_the_session(
-    replicas: dict[str, Any], harness: Any
+    replicas: dict[str, Any],
 ) -> None:
     """Sessions written through a (one after the other: both upstreams write one SQLite file, so an
     open write transaction holds it); b's sessions API shows and commits the first, rolls back the
@@ -291,7 +286,7 @@ async def test_the_sessions_api_on_the_replica_that_does_not_own_the_session(
 
         unknown = await on_b.post(f"/api/sessions/nobody-{tag}/commit")
         assert unknown.status_code == 404, unknown.text
-    rows = harness.notes_rows(replicas["db"])
+    rows = notes_rows(replicas["db"])
     assert f"{kept}-a" in rows and f"{dropped}-a" not in rows
 
 

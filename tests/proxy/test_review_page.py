@@ -32,6 +32,7 @@ from proxy.approvals.auth import REVIEW_COOKIE, hash_token
 from proxy.approvals.diff import change_diffs
 from proxy.approvals.review import csrf_token
 from proxy.config import AgentConfig, AuthConfig, ReviewerConfig
+from tests.support.proxy import approvals_app
 from tests.support.services import CHROMIUM, require_chromium
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +65,7 @@ class Site:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory, harness: Any) -> Iterator[Site]:
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     auth = AuthConfig(
         agents=[AgentConfig(name="agent-7", token_sha256=hash_token(AGENT))],
         reviewers=[
@@ -73,7 +74,7 @@ def site(tmp_path_factory: pytest.TempPathFactory, harness: Any) -> Iterator[Sit
             ReviewerConfig(name="vera", role="viewer", token_sha256=hash_token(VIEWER)),
         ],
     )
-    with harness.approvals_app(tmp_path_factory.mktemp("review"), auth) as app:
+    with approvals_app(tmp_path_factory.mktemp("review"), auth) as app:
         yield Site(app.base, app.store, app.audit_path)
 
 
@@ -163,7 +164,7 @@ def _require_chromium() -> None:
 
 def test_approve_in_chromium(site: Site) -> None:
     _require_chromium()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import Dialog, expect, sync_playwright
 
     approval = seed(site)
     older = seed(site, tool="cancel_order", arguments={"order_id": "W0002"}, preview=ChangeSet())
@@ -220,7 +221,12 @@ def test_approve_in_chromium(site: Site) -> None:
             page.screenshot(path=str(_artifacts() / "review-approve.png"), full_page=True)
 
             dialogs: list[str] = []
-            page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+
+            def dismiss(dialog: Dialog) -> None:
+                dialogs.append(dialog.message)
+                dialog.dismiss()
+
+            page.on("dialog", dismiss)
             page.goto(f"{site.base}/review/{hostile.id}")
             expect(page.locator("#arguments")).to_contain_text(XSS)
             expect(page.locator("table.diff-insert td.after")).to_have_text(XSS_IMG)

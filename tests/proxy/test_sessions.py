@@ -22,13 +22,9 @@ from proxy.registry import SessionRegistry
 from proxy.server import GuardProxy, session_identity
 from proxy.sessions import RollbackOutcome
 from proxy.upstreams import Upstream
+from tests.support.proxy import NOTES_POLICY, RETAIL_POLICY, Agent, notes_rows, text, write_config
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 class Events:
@@ -49,44 +45,42 @@ class Events:
         self.rollbacks.append((session_id, reason, outcome))
 
 
-def notes_proxy(upstreams: Any, harness: Any, sessions: SessionRegistry) -> GuardProxy:
-    spec = UpstreamConfig(
-        name="notes", transport="http", url=upstreams.notes.url, policy=Path(harness.notes_policy)
-    )
+def notes_proxy(upstreams: Any, sessions: SessionRegistry) -> GuardProxy:
+    spec = UpstreamConfig(name="notes", transport="http", url=upstreams.notes.url, policy=Path(NOTES_POLICY))
     return GuardProxy([Upstream.from_settings(spec)], sessions)
 
 
-async def test_idle_session_is_rolled_back_never_committed(upstreams: Any, harness: Any) -> None:
+async def test_idle_session_is_rolled_back_never_committed(upstreams: Any) -> None:
     events = Events()
     sessions = SessionRegistry(idle_timeout=0.3, observer=events)
-    proxy = notes_proxy(upstreams, harness, sessions)
+    proxy = notes_proxy(upstreams, sessions)
     session, note = f"idle-{uuid.uuid4().hex[:6]}", f"idle-{uuid.uuid4().hex[:6]}"
     async with proxy.running(), Client(proxy.server, cache=None) as client:
-        agent = harness.Agent(client, session)
+        agent = Agent(client, session)
         await agent.ok("put_note", {"id": note, "body": "never committed"})
         with anyio.fail_after(10):
             while sessions.get(session) is not None:
                 await anyio.sleep(0.05)
         assert sessions.ended(session) == "idle"
         assert [(s, reason) for s, reason, _ in events.rollbacks] == [(session, "idle")]
-        assert note not in harness.notes_rows(upstreams.notes_db)
+        assert note not in notes_rows(upstreams.notes_db)
 
         late = await agent.call("commit")
         assert late.is_error and late.structured_content is not None
         assert [v["rule_id"] for v in late.structured_content["violations"]] == ["session_rolled_back"]
-        assert "idle" in harness.text(late)
+        assert "idle" in text(late)
 
         await agent.ok("put_note", {"id": f"{note}-next", "body": "a new session"})
         assert not (await agent.call("commit")).is_error
-    assert f"{note}-next" in harness.notes_rows(upstreams.notes_db)
+    assert f"{note}-next" in notes_rows(upstreams.notes_db)
     assert [c.committed for _, c in events.commits] == [False, True]
 
 
-async def test_shutdown_rolls_every_open_session_back(upstreams: Any, harness: Any) -> None:
+async def test_shutdown_rolls_every_open_session_back(upstreams: Any) -> None:
     events = Events()
     sessions = SessionRegistry(observer=events)
     spec = UpstreamConfig(
-        name="retail", transport="http", url=upstreams.retail.url, policy=Path(harness.retail_policy)
+        name="retail", transport="http", url=upstreams.retail.url, policy=Path(RETAIL_POLICY)
     )
     proxy = GuardProxy([Upstream.from_settings(spec)], sessions)
     ids = [f"shutdown-{i}-{uuid.uuid4().hex[:6]}" for i in range(3)]
@@ -94,7 +88,7 @@ async def test_shutdown_rolls_every_open_session_back(upstreams: Any, harness: A
     async with proxy.running(), Client(proxy.server, cache=None) as client:
         async with anyio.create_task_group() as tg:
             for session in ids:
-                tg.start_soon(harness.Agent(client, session).ok, "cancel_order", cancel)
+                tg.start_soon(Agent(client, session).ok, "cancel_order", cancel)
         assert len(sessions) == 3
     assert sorted(s for s, reason, _ in events.rollbacks if reason == "shutdown") == sorted(ids)
     assert all(len(outcome.changes) >= 1 for *_, outcome in events.rollbacks)
@@ -163,9 +157,9 @@ def serve(config: Path) -> Any:
     return CliRunner().invoke(app, ["serve", "--config", str(config)])
 
 
-def test_serve_refuses_tool_name_collisions(module_tmp: Path, upstreams: Any, harness: Any) -> None:
+def test_serve_refuses_tool_name_collisions(module_tmp: Path, upstreams: Any) -> None:
     url = upstreams.journal.url
-    config = harness.write_config(
+    config = write_config(
         module_tmp / "clash.yaml",
         [{"name": "a", "transport": "http", "url": url}, {"name": "b", "transport": "http", "url": url}],
     )
@@ -176,14 +170,14 @@ def test_serve_refuses_tool_name_collisions(module_tmp: Path, upstreams: Any, ha
     )
 
 
-def test_serve_refuses_an_upstream_it_cannot_start(module_tmp: Path, harness: Any) -> None:
+def test_serve_refuses_an_upstream_it_cannot_start(module_tmp: Path) -> None:
     dead = {"name": "dead", "transport": "stdio", "command": "/bin/false"}
-    result = serve(harness.write_config(module_tmp / "dead.yaml", [dead]))
+    result = serve(write_config(module_tmp / "dead.yaml", [dead]))
     assert result.exit_code == 1
     assert "error: upstream 'dead': cannot connect" in result.output
 
 
-def test_serve_refuses_a_config_without_upstreams(module_tmp: Path, harness: Any) -> None:
-    result = serve(harness.write_config(module_tmp / "empty.yaml", []))
+def test_serve_refuses_a_config_without_upstreams(module_tmp: Path) -> None:
+    result = serve(write_config(module_tmp / "empty.yaml", []))
     assert result.exit_code == 2
     assert "no upstreams configured" in result.output

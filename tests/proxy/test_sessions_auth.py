@@ -35,6 +35,15 @@ from proxy.cli import app as cli_app
 from proxy.config import AgentConfig, AuthConfig, ConfigError, ProxyConfig, ReviewerConfig
 from proxy.registry import SessionRegistry
 from proxy.server import OUTCOME_META_KEY, GuardProxy
+from tests.support.processes import notes_http, serving
+from tests.support.proxy import (
+    NOTES_POLICY,
+    initialize_request,
+    notes_http_upstream,
+    notes_rows,
+    request_meta,
+    write_config,
+)
 
 TOKENS = {
     "agent-1": "agent-one-sessions-token",
@@ -65,7 +74,6 @@ class Proxy:
     base: str
     proxy: GuardProxy
     dbs: dict[str, Path]
-    harness: Any
     admin: str | None
     """Who may roll every session back through the API (None: the API is open)."""
 
@@ -93,7 +101,7 @@ class Proxy:
             result = await client.call_tool(
                 "put_note" if upstream == "notes" else "o_put_note",
                 {"id": note, "body": "pending", "status": "published"},
-                meta={"shadowguard/session": session},
+                meta=request_meta({"shadowguard/session": session}),
             )
         assert not result.is_error, result
         assert result.meta is not None and result.meta[OUTCOME_META_KEY]["session"] == session
@@ -109,7 +117,7 @@ class Proxy:
         assert not self.committed(note, upstream)
 
     def committed(self, note: str, upstream: str = "notes") -> bool:
-        return note in self.harness.notes_rows(self.dbs[upstream])
+        return note in notes_rows(self.dbs[upstream])
 
     def roll_back_everything(self) -> None:
         with self.http(self.admin) as http:
@@ -148,9 +156,9 @@ def listed(response: httpx2.Response) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def notes_dbs(module_tmp: Path, harness: Any) -> Iterator[dict[str, tuple[str, Path]]]:
+def notes_dbs(module_tmp: Path) -> Iterator[dict[str, tuple[str, Path]]]:
     """Two notes fixtures over HTTP, by upstream name: (URL, database)."""
-    processes = {name: harness.notes_http(module_tmp / f"{name}.sqlite") for name in ("notes", "other")}
+    processes = {name: notes_http(module_tmp / f"{name}.sqlite") for name in ("notes", "other")}
     try:
         yield {name: (p.ready().url, module_tmp / f"{name}.sqlite") for name, p in processes.items()}
     finally:
@@ -160,20 +168,20 @@ def notes_dbs(module_tmp: Path, harness: Any) -> Iterator[dict[str, tuple[str, P
 
 @contextmanager
 def running(
-    folder: Path, harness: Any, notes: dict[str, tuple[str, Path]], auth: dict[str, Any], admin: str | None
+    folder: Path, notes: dict[str, tuple[str, Path]], auth: dict[str, Any], admin: str | None
 ) -> Iterator[Proxy]:
     folder.mkdir()
     upstreams = [
-        {"name": "notes", "transport": "http", "url": notes["notes"][0], "policy": str(harness.notes_policy)},
+        notes_http_upstream(notes["notes"][0]),
         {
             "name": "other",
             "transport": "http",
             "url": notes["other"][0],
-            "policy": str(harness.notes_policy),
+            "policy": str(NOTES_POLICY),
             "prefix": "o_",
         },
     ]
-    path = harness.write_config(
+    path = write_config(
         folder / "proxy.yaml",
         upstreams,
         audit={"path": "audit.jsonl"},
@@ -182,31 +190,27 @@ def running(
     )
     config = ProxyConfig.load(path)
     proxy, recorder = build_proxy(config)
-    with harness.serving(create_app(proxy, config, lifespan_runs_proxy=True, recorder=recorder)) as base:
-        yield Proxy(base, proxy, {n: db for n, (_, db) in notes.items()}, harness, admin)
+    with serving(create_app(proxy, config, lifespan_runs_proxy=True, recorder=recorder)) as base:
+        yield Proxy(base, proxy, {n: db for n, (_, db) in notes.items()}, admin)
 
 
 @pytest.fixture(scope="module")
-def guarded_proxy(module_tmp: Path, harness: Any, notes_dbs: dict[str, tuple[str, Path]]) -> Iterator[Proxy]:
+def guarded_proxy(module_tmp: Path, notes_dbs: dict[str, tuple[str, Path]]) -> Iterator[Proxy]:
     auth = {"agents": AGENTS, "orchestrators": ORCHESTRATORS, "reviewers": REVIEWERS}
-    with running(module_tmp / "guarded", harness, notes_dbs, auth, "ops") as proxy:
+    with running(module_tmp / "guarded", notes_dbs, auth, "ops") as proxy:
         yield proxy
 
 
 @pytest.fixture(scope="module")
-def orchestrated_proxy(
-    module_tmp: Path, harness: Any, notes_dbs: dict[str, tuple[str, Path]]
-) -> Iterator[Proxy]:
+def orchestrated_proxy(module_tmp: Path, notes_dbs: dict[str, tuple[str, Path]]) -> Iterator[Proxy]:
     auth = {"orchestrators": ORCHESTRATORS, "reviewers": REVIEWERS}
-    with running(module_tmp / "orchestrated", harness, notes_dbs, auth, "ops") as proxy:
+    with running(module_tmp / "orchestrated", notes_dbs, auth, "ops") as proxy:
         yield proxy
 
 
 @pytest.fixture(scope="module")
-def open_proxy_module(
-    module_tmp: Path, harness: Any, notes_dbs: dict[str, tuple[str, Path]]
-) -> Iterator[Proxy]:
-    with running(module_tmp / "open", harness, notes_dbs, {"reviewers": REVIEWERS}, None) as proxy:
+def open_proxy_module(module_tmp: Path, notes_dbs: dict[str, tuple[str, Path]]) -> Iterator[Proxy]:
+    with running(module_tmp / "open", notes_dbs, {"reviewers": REVIEWERS}, None) as proxy:
         yield proxy
 
 
@@ -387,8 +391,8 @@ def test_an_orchestrator_sees_and_acts_on_every_session(guarded: Proxy) -> None:
     assert guarded.committed(first) and not guarded.committed(second, "other")
 
 
-def test_an_orchestrator_token_does_not_call_tools(guarded: Proxy, harness: Any) -> None:
-    initialize = harness.initialize_request()
+def test_an_orchestrator_token_does_not_call_tools(guarded: Proxy) -> None:
+    initialize = initialize_request()
     with guarded.http("ops") as ops:
         response = ops.post(
             "/mcp", json=initialize, headers={"Accept": "application/json, text/event-stream"}
@@ -452,10 +456,10 @@ def test_open_when_neither_agents_nor_orchestrators(open_proxy: Proxy) -> None:
     ids=["reviewers-only", "nothing", "with-agents", "with-orchestrators"],
 )
 def test_startup_warns_when_reviewers_are_set_and_sessions_are_open(
-    auth: AuthConfig, warned: bool, caplog: pytest.LogCaptureFixture, harness: Any
+    auth: AuthConfig, warned: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     app = create_app(GuardProxy([], SessionRegistry()), ProxyConfig(auth=auth), lifespan_runs_proxy=False)
-    with caplog.at_level(logging.WARNING, logger="proxy.app"), harness.serving(app):
+    with caplog.at_level(logging.WARNING, logger="proxy.app"), serving(app):
         pass
     warnings = [r for r in caplog.records if r.name == "proxy.app" and WARNING in r.getMessage()]
     assert len(warnings) == (1 if warned else 0), caplog.text

@@ -21,11 +21,6 @@ pytestmark = pytest.mark.anyio
 TIMEOUT = httpx2.Timeout(10.0)
 
 
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Dropper:
     """Accepts connections; reads each request's headers and body; drops the connection without an
     answer for the first ``drops`` requests, then answers 200."""

@@ -19,7 +19,7 @@ import anyio
 
 from benchmark import chaos_db
 from benchmark.chaos_stack import NotesHttp, client, meta, notes_rows, start_proxy, text_of, write_config
-from benchmark.perf_proxy import NOTES_POLICY
+from benchmark.fixtures import NOTES_POLICY
 
 SESSIONS = 8
 

@@ -47,14 +47,28 @@ def call(env: Environment, tool: str, args: Mapping[str, Any]) -> Any:
     return json.loads(env.call_tool(tool, args))
 
 
+FAILED = "Tool execution failed: "
+
+
 def failure(tool: str, message: str) -> dict[str, str]:
     """The answer of ``tool`` failing with ``message``, parsed."""
-    return {"error": f"Tool execution failed: {message}", "tool": tool}
+    return {"error": FAILED + message, "tool": tool}
 
 
 def failure_text(tool: str, message: str) -> str:
     """The answer of ``tool`` failing with ``message``, as the text the tool returns."""
     return json.dumps(failure(tool, message))
+
+
+def failed(env: Environment, tool: str, args: Mapping[str, Any]) -> str:
+    """Calls ``tool``, asserts its answer is exactly the reference failure text naming it, and returns
+    the failure's message (what follows "Tool execution failed: ")."""
+    text = env.call_tool(tool, args)
+    out = json.loads(text)
+    assert isinstance(out, dict) and isinstance(out.get("error"), str), text
+    message: str = out["error"].removeprefix(FAILED)
+    assert text == failure_text(tool, message), text
+    return message
 
 
 def error_of(env: Environment, tool: str, args: Mapping[str, Any]) -> str:
@@ -71,6 +85,24 @@ def stored(env: Environment, table: str, key: Any) -> dict[str, Any]:
     record = env.table(table).get(key)
     assert record is not None, f"{table} has no row {key!r}"
     return record.model_dump(mode="json")
+
+
+def record(env: Environment, table: str, key: Any) -> dict[str, Any]:
+    """The row of ``table`` under ``key`` with its Python values (enums, ``Decimal``, ``datetime``);
+    fails the test when there is none. :func:`stored` gives the JSON values."""
+    row = env.table(table).get(key)
+    assert row is not None, f"{table} has no row {key!r}"
+    return row.model_dump()
+
+
+def stored_rows(env: Environment, table: str) -> list[dict[str, Any]]:
+    """Every row of ``table`` in the table's order, as JSON values (as :func:`stored`)."""
+    return [row.model_dump(mode="json") for row in env.table(table).all()]
+
+
+def records(env: Environment, table: str) -> list[dict[str, Any]]:
+    """Every row of ``table`` in the table's order, with its Python values (as :func:`record`)."""
+    return [row.model_dump() for row in env.table(table).all()]
 
 
 class RecordingExecutor:

@@ -145,7 +145,9 @@ def test_results_replay_with_identical_verdicts(tmp_path: Path, reviewer: str) -
 
 def _trajectory_file(tmp_path: Path, bench: BenchData) -> Path:
     task = next(t for t in bench.tasks([RETAIL]) if t.id == ST002)
-    golden = [{"tool": c.tool, "arguments": c.parameters} for c in task.answer.golden_tool_interactions]
+    golden: list[dict[str, Any]] = [
+        {"tool": c.tool, "arguments": c.parameters} for c in task.answer.golden_tool_interactions
+    ]
     read = {"tool": "get_order", "arguments": {"order_id": "ORD-70020"}}
     low = {"tool": golden[0]["tool"], "arguments": {**golden[0]["arguments"]}}
     low["arguments"]["item"] = {**low["arguments"]["item"], "priority": "low"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 from benchmark.envs.hashing import stable_rows, stable_state, state_delta, state_hash
 from benchmark.envs.schema import build_table
 
-MODEL = {
+MODEL: dict[str, Any] = {
     "model": "Thing",
     "module": "demo.models",
     "id_field": "id",
@@ -53,7 +54,7 @@ THING = build_table("things", MODEL)
 ITEM = build_table("items", NO_ID)
 
 
-def reference_hash(state: dict) -> str:
+def reference_hash(state: dict[str, Any]) -> str:
     return hashlib.sha256(
         json.dumps(state, sort_keys=True, separators=(",", ":")).encode("utf-8")
     ).hexdigest()
@@ -68,7 +69,7 @@ ids = st.text(alphabet="0123456789ab", min_size=1, max_size=3)
         max_size=8,
     )
 )
-def test_rows_sorted_by_string_id_and_lists_sorted(rows: list) -> None:
+def test_rows_sorted_by_string_id_and_lists_sorted(rows: list[tuple[str, float, list[str]]]) -> None:
     raw = [THING.validate_row({"id": i, "amount": a, "tags": t, "note": "x"}) for i, a, t in rows]
     stable = stable_rows(THING, raw)
     assert [r["id"] for r in stable] == sorted((r["id"] for r in raw), key=str)
@@ -112,7 +113,7 @@ def test_number_and_date_rendering_follow_pydantic_json_mode() -> None:
 
 
 @given(st.dictionaries(st.sampled_from(["z", "a", "m"]), st.integers(), min_size=1))
-def test_hash_independent_of_key_order(fields: dict) -> None:
+def test_hash_independent_of_key_order(fields: dict[str, int]) -> None:
     forward = {"t": [dict(sorted(fields.items()))]}
     backward = {"t": [dict(sorted(fields.items(), reverse=True))]}
     assert state_hash(forward) == state_hash(backward) == reference_hash(forward)

@@ -38,6 +38,7 @@ from benchmark.envs.server import (
     session_meta,
 )
 from benchmark.tasks import BenchData, Task, resolve_data
+from tests.support.proxy import request_meta
 
 DOMAIN = "sandbox_external_retail"
 READ_TOOLS = ("check_inventory", "get_order", "zendesk_get_tables")
@@ -54,11 +55,6 @@ ORDERS = "external_retail_toolset_oms_models_orders"
 STARTUP_TIMEOUT = 30.0
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 # -- reference data -----------------------------------------------------------------------------------
@@ -155,7 +151,8 @@ async def _check_tools(client: Client, schemas: list[dict[str, Any]], ref: Refer
 
 
 async def _text(client: Client, name: str, arguments: dict[str, Any], session_id: str | None = None) -> str:
-    result = await client.call_tool(name, arguments, meta=session_meta(session_id))
+    meta = session_meta(session_id)
+    result = await client.call_tool(name, arguments, meta=None if meta is None else request_meta(meta))
     assert result.is_error is False
     assert result.structured_content is None
     assert len(result.content) == 1 and result.content[0].type == "text"
@@ -198,13 +195,14 @@ async def _check_bad_inputs(client: Client, ref: Reference, session_id: str | No
         assert info.value.code == INVALID_PARAMS, kwargs
         assert message in info.value.message, (kwargs, info.value.message)
         assert await environment_state_hash(s, session_id=session_id) == ref.init_hash
-    for params, message in [
+    malformed: list[tuple[dict[str, Any], str]] = [
         ({}, "exactly one of task_id or data_patch"),
         ({"task_id": ref.task.id, "data_patch": {}}, "exactly one of task_id or data_patch"),
         ({"task_id": 7}, "task_id must be a non-empty string"),
         ({"data_patch": [1]}, "data_patch must be an object"),
         ({"taskid": "x"}, "unknown parameter(s) ['taskid']"),
-    ]:
+    ]
+    for params, message in malformed:
         with pytest.raises(MCPError) as info:
             await _raw_init(client, params, session_id)
         assert info.value.code == INVALID_PARAMS

@@ -9,10 +9,10 @@ upstream received with a recording executor.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -29,7 +29,7 @@ from guard.approvals.gate import USED, ApprovalGate, policy_version, same_change
 from guard.checks import PythonCheck, RuleText
 from guard.effects import ToolInfo
 from guard.journal import JournalBackend
-from guard.models import ChangeSet, RowChange, Verdict
+from guard.models import ChangeSet, RowChange, ToolOutcome, Verdict
 from guard.policy import PolicyPack, PolicyPackModel, compile_pack
 from guard.session import GuardSession, ToolResult
 from tests.support.envs import RecordingExecutor, open_env
@@ -43,7 +43,7 @@ REFUND = {
     "amount": 250.0,
 }
 SMALL = {**REFUND, "amount": 20.0}
-PACK = {
+PACK: dict[str, Any] = {
     "name": "refunds",
     "approvals": [
         {
@@ -115,6 +115,7 @@ def guarded(
     *,
     session_id: str = "s1",
     principal: str | None = "agent-1",
+    extra_checks: Sequence[PythonCheck] = (),
 ) -> tuple[GuardSession, RecordingExecutor]:
     upstream = RecordingExecutor(env)
     session = GuardSession(
@@ -125,8 +126,43 @@ def guarded(
         session_id=session_id,
         principal=principal,
         gate=gate,
+        extra_checks=list(extra_checks),
     )
     return session, upstream
+
+
+class Held(NamedTuple):
+    """A refund held for approval in a fresh guarded session (:func:`hold_refund`)."""
+
+    session: GuardSession
+    upstream: RecordingExecutor
+    held: ToolOutcome
+    """The held call's outcome; its ``approval_id`` is set."""
+    before: str
+    """The environment's state hash before the call."""
+    gate: ApprovalGate
+
+
+def hold_refund(
+    env: Environment,
+    store: ApprovalStore,
+    pack: PolicyPack,
+    clock: Clock,
+    *,
+    expires_after_s: float = 600.0,
+    approve: bool | None = None,
+    reason: str | None = None,
+) -> Held:
+    """A guarded session (gate on ``store``) that has called ``create_refund`` above the pack's limit;
+    with ``approve`` set, the reviewer ``maria`` has decided it (giving ``reason``)."""
+    gate = gate_for(store, pack, clock, expires_after_s=expires_after_s)
+    session, upstream = guarded(env, gate, pack)
+    before = env.state_hash()
+    held = session.call("create_refund", REFUND)
+    assert held.approval_id is not None, held
+    if approve is not None:
+        store.decide(held.approval_id, approve=approve, reviewer="maria", reason=reason)
+    return Held(session, upstream, held, before, gate)
 
 
 def refunds(session: GuardSession) -> list[dict[str, Any]]:
@@ -185,16 +221,7 @@ def test_the_checks_that_passed_are_shown_to_the_reviewer(
         RuleText("A refund amount is positive."),
         frozenset({"create_refund"}),
     )
-    upstream = RecordingExecutor(env)
-    session = GuardSession(
-        backend_for(env),
-        upstream,
-        tool_infos(env),
-        pack,
-        session_id="s1",
-        extra_checks=[positive],
-        gate=gate_for(store, pack, clock),
-    )
+    session, _ = guarded(env, gate_for(store, pack, clock), pack, principal=None, extra_checks=[positive])
     held = session.call("create_refund", REFUND)
     assert held.approval_id is not None
     [check] = store.get(held.approval_id).checks
@@ -209,11 +236,8 @@ def test_the_checks_that_passed_are_shown_to_the_reviewer(
 def test_approved_the_same_call_runs_once_and_commits(
     env: Environment, store: SqlApprovalStore, pack: PolicyPack, clock: Clock
 ) -> None:
-    gate = gate_for(store, pack, clock)
-    session, _ = guarded(env, gate, pack)
-    held = session.call("create_refund", REFUND)
+    session, _, held, _, _ = hold_refund(env, store, pack, clock, approve=True, reason="ok")
     assert held.approval_id is not None
-    store.decide(held.approval_id, approve=True, reviewer="maria", reason="ok")
 
     ran = session.call("create_refund", REFUND)
 
@@ -231,18 +255,15 @@ def test_approved_the_same_call_runs_once_and_commits(
     )
     assert env.state_hash() == before_commit
     assert session.commit().committed
-    rows = env.connection.exec_driver_sql(f"SELECT amount FROM {REFUNDS}").scalars().all()
-    assert list(rows).count(250.0) == 1
+    rows: list[Any] = list(env.connection.exec_driver_sql(f"SELECT amount FROM {REFUNDS}").scalars())
+    assert rows.count(250.0) == 1
 
 
 def test_an_explicit_id_runs_once_and_reusing_it_is_refused(
     env: Environment, store: SqlApprovalStore, pack: PolicyPack, clock: Clock
 ) -> None:
-    gate = gate_for(store, pack, clock)
-    session, upstream = guarded(env, gate, pack)
-    held = session.call("create_refund", REFUND)
+    session, upstream, held, _, _ = hold_refund(env, store, pack, clock, approve=True)
     assert held.approval_id is not None
-    store.decide(held.approval_id, approve=True, reviewer="maria", reason=None)
 
     ran = session.call("create_refund", REFUND, approval_id=held.approval_id)
     assert ran.verdict is Verdict.ALLOWED and ran.approval_id == held.approval_id
@@ -260,10 +281,8 @@ def test_an_approval_is_consumed_once_across_gates(
     env: Environment, store: SqlApprovalStore, pack: PolicyPack, clock: Clock
 ) -> None:
     """Two replicas (two gates on one store) racing for one approval: one runs, the other is refused."""
-    session, _ = guarded(env, gate_for(store, pack, clock), pack)
-    held = session.call("create_refund", REFUND)
+    session, _, held, _, _ = hold_refund(env, store, pack, clock, approve=True)
     assert held.approval_id is not None
-    store.decide(held.approval_id, approve=True, reviewer="maria", reason=None)
     other = gate_for(store, pack, clock)
     call = session.outcomes[0].call
     assert other.resolve(call, held.approval_id).action == "run"
@@ -276,12 +295,9 @@ def test_an_approval_is_consumed_once_across_gates(
 def test_rejected_the_reason_reaches_the_agent_once_then_the_call_asks_again(
     env: Environment, store: SqlApprovalStore, pack: PolicyPack, clock: Clock
 ) -> None:
-    gate = gate_for(store, pack, clock)
-    session, upstream = guarded(env, gate, pack)
-    before = env.state_hash()
-    held = session.call("create_refund", REFUND)
+    reason = "Refund exceeds the order total."
+    session, upstream, held, before, _ = hold_refund(env, store, pack, clock, approve=False, reason=reason)
     assert held.approval_id is not None
-    store.decide(held.approval_id, approve=False, reviewer="maria", reason="Refund exceeds the order total.")
 
     refused = session.call("create_refund", REFUND)
     assert (refused.verdict, refused.error_class) == (Verdict.REFUSED, "approval_rejected")
@@ -304,10 +320,7 @@ def test_rejected_the_reason_reaches_the_agent_once_then_the_call_asks_again(
 def test_expired_nothing_is_done(
     env: Environment, store: SqlApprovalStore, pack: PolicyPack, clock: Clock
 ) -> None:
-    gate = gate_for(store, pack, clock, expires_after_s=60)
-    session, upstream = guarded(env, gate, pack)
-    before = env.state_hash()
-    held = session.call("create_refund", REFUND)
+    session, upstream, held, before, _ = hold_refund(env, store, pack, clock, expires_after_s=60)
     assert held.approval_id is not None
     clock.advance(61)
 
@@ -323,12 +336,10 @@ def test_expired_nothing_is_done(
 def test_approved_but_not_used_before_expiry_is_not_done(
     env: Environment, store: SqlApprovalStore, pack: PolicyPack, clock: Clock
 ) -> None:
-    gate = gate_for(store, pack, clock, expires_after_s=60)
-    session, upstream = guarded(env, gate, pack)
-    before = env.state_hash()
-    held = session.call("create_refund", REFUND)
+    session, upstream, held, before, _ = hold_refund(
+        env, store, pack, clock, expires_after_s=60, approve=True
+    )
     assert held.approval_id is not None
-    store.decide(held.approval_id, approve=True, reviewer="maria", reason=None)
     clock.advance(61)
 
     late = session.call("create_refund", REFUND, approval_id=held.approval_id)
@@ -423,9 +434,7 @@ def test_a_gate_needs_a_session(env: Environment, store: SqlApprovalStore, pack:
 def test_a_different_change_set_on_execution_returns_to_review(
     env: Environment, store: SqlApprovalStore, pack: PolicyPack, clock: Clock
 ) -> None:
-    gate = gate_for(store, pack, clock)
-    session, upstream = guarded(env, gate, pack)
-    held = session.call("create_refund", REFUND)
+    session, upstream, held, _, gate = hold_refund(env, store, pack, clock)
     assert held.approval_id is not None
     gate.take_requested()
     store.decide(held.approval_id, approve=True, reviewer="maria", reason=None)

@@ -13,8 +13,8 @@ import pytest
 
 from benchmark.envs import DOMAINS, Database, Environment, load_domain
 from benchmark.guarded import backend_for, executor_for, tool_infos
-from benchmark.replay import replay
-from benchmark.tasks import BenchData
+from benchmark.replay import ReplayResult, Through, replay
+from benchmark.tasks import BenchData, Task
 from guard.classifier import Classifier
 from guard.errors import ErrorClass
 from guard.faults import KINDS, TRANSIENT, FaultInjector, FaultPlan, FaultSpecError
@@ -134,13 +134,21 @@ def test_no_fault_forwards_untouched() -> None:
 
 
 # -- golden replays under faults -----------------------------------------------------------------
+def faulty_replay(
+    bench: BenchData, db: Database, domain: str, through: Through
+) -> tuple[list[Task], ReplayResult]:
+    """Every 4th golden task of ``domain`` replayed ``through`` the guard or not (``off``), with 30%
+    transient faults and 5% rate limits (seed 5)."""
+    tasks = bench.tasks([domain])[::4]
+    plan = FaultPlan.parse("transient=0.3,429=0.05", seed=5)
+    return tasks, replay(bench, db, domain, tasks, through, faults=plan)
+
+
 @pytest.mark.parametrize("domain", sorted(DOMAINS))
 def test_through_the_guard_faults_cost_nothing_and_no_write_is_applied_twice(
     bench: BenchData, sqlite_db: Database, domain: str
 ) -> None:
-    tasks = bench.tasks([domain])[::4]
-    plan = FaultPlan.parse("transient=0.3,429=0.05", seed=5)
-    result = replay(bench, sqlite_db, domain, tasks, "guard", faults=plan)
+    tasks, result = faulty_replay(bench, sqlite_db, domain, "guard")
     not_golden = [(t.task_id, t.messages) for t in result.tasks if not (t.committed and t.golden)]
     assert not_golden == []
     assert result.changes_accounted == len(tasks), "the change log holds each kept call's changes once"
@@ -153,9 +161,7 @@ def test_through_the_guard_faults_cost_nothing_and_no_write_is_applied_twice(
 def test_straight_to_the_tools_the_same_faults_fail_visibly(
     bench: BenchData, sqlite_db: Database, domain: str
 ) -> None:
-    tasks = bench.tasks([domain])[::4]
-    plan = FaultPlan.parse("transient=0.3,429=0.05", seed=5)
-    result = replay(bench, sqlite_db, domain, tasks, "off", faults=plan)
+    tasks, result = faulty_replay(bench, sqlite_db, domain, "off")
     assert result.failed_calls == result.faults > 0
     assert result.committed_golden < len(tasks)
     assert all(t.messages for t in result.tasks if not t.golden)

@@ -340,20 +340,14 @@ def test_bad_v2_pack_names_file_rule_and_line(tmp_path: Path, case: str) -> None
     assert fragment in str(error), str(error)
 
 
-def test_duplicate_tool_entry_names_the_entry_and_line(tmp_path: Path) -> None:
-    path = _write(
-        tmp_path,
+BAD_SECTIONS = {
+    "duplicate tool entry": (
         "version: 2\nname: d\ntools:\n  get_order: read\n  cancel_order: write\n  get_order: write\n",
-    )
-    with pytest.raises(PolicyError) as info:
-        _load(path)
-    assert (info.value.rule, info.value.line) == ("tools.get_order", 6)
-    assert "duplicate key 'tools.get_order'" in str(info.value)
-
-
-def test_bad_approval_condition_names_the_approval(tmp_path: Path) -> None:
-    path = _write(
-        tmp_path,
+        "tools.get_order",
+        6,
+        "duplicate key 'tools.get_order'",
+    ),
+    "approval condition on a missing argument": (
         """\
         version: 2
         name: a
@@ -365,29 +359,33 @@ def test_bad_approval_condition_names_the_approval(tmp_path: Path) -> None:
               source: {ref: r}
               when: args.total > 5
         """,
-    )
-    with pytest.raises(PolicyError) as info:
-        _load(path)
-    assert (info.value.rule, info.value.line) == ("cancel_order.approval", 9), str(info.value)
-    assert "has no argument 'total'" in str(info.value)
-
-
-def test_unknown_tool_entry(tmp_path: Path) -> None:
-    path = _write(
-        tmp_path,
+        "cancel_order.approval",
+        9,
+        "has no argument 'total'",
+    ),
+    "unknown tool entry": (
         "version: 2\nname: t\nsurface: all\ntools:\n  get_order: read\n  get_ordr: {visible: false}\n",
-    )
-    with pytest.raises(PolicyError) as info:
-        _load(path)
-    assert (info.value.rule, info.value.line) == ("tools.get_ordr", 6)
-    assert "unknown tool 'get_ordr'" in str(info.value)
+        "tools.get_ordr",
+        6,
+        "unknown tool 'get_ordr'",
+    ),
+    "unknown physical table of an alias": (
+        "version: 2\nname: t\ntables:\n  orders: shop_orders\n  gone: shop_gone\n",
+        "tables.gone",
+        5,
+        "table 'shop_gone' (alias 'gone') does not exist",
+    ),
+}
 
 
-def test_unknown_physical_table_of_an_alias(tmp_path: Path) -> None:
-    path = _write(tmp_path, "version: 2\nname: t\ntables:\n  orders: shop_orders\n  gone: shop_gone\n")
+@pytest.mark.parametrize("case", sorted(BAD_SECTIONS))
+def test_bad_v2_pack_section_names_the_entry_and_line(tmp_path: Path, case: str) -> None:
+    text, rule, line, fragment = BAD_SECTIONS[case]
+    path = _write(tmp_path, text)
     with pytest.raises(PolicyError) as info:
         _load(path)
-    assert (info.value.rule, info.value.line) == ("tables.gone", 5)
+    assert (info.value.rule, info.value.line) == (rule, line), str(info.value)
+    assert fragment in str(info.value)
 
 
 # -- behaviour on a real domain, SQLite and PostgreSQL --------------------------------------------------

@@ -30,7 +30,7 @@ from guard.journal import JournalBackend
 from guard.metrics import FAILURES, OUTCOMES, RETRIES, ErrorCounters
 from guard.models import EffectClass, Verdict
 from guard.policy import PolicyPack, PolicyPackModel, compile_pack
-from guard.retry import Attempt, Reason, RetryPolicy, VirtualClock, decide, safe_to_resend
+from guard.retry import Attempt, Reason, RetryDecision, RetryPolicy, VirtualClock, decide, safe_to_resend
 from guard.session import GuardSession, ToolResult
 
 FAILURES_BY_KIND: list[type[ToolFailure]] = [
@@ -59,15 +59,12 @@ def expected_reason(
     return Reason.BUDGET if left <= 0 else Reason.RETRY
 
 
-@pytest.mark.parametrize(
-    ("failure", "effect", "idempotent", "rolled_back", "left"),
-    list(itertools.product(FAILURES_BY_KIND, EFFECTS, [False, True], [False, True], [0, 1])),
-)
-def test_the_decision_table(
-    failure: type[ToolFailure], effect: EffectClass, idempotent: bool, rolled_back: bool, left: int
-) -> None:
-    decision = decide(
-        failure("x"),
+def fresh_decision(
+    failure: ToolFailure, effect: EffectClass, *, idempotent: bool = False, rolled_back: bool, left: int = 3
+) -> RetryDecision:
+    """``decide`` for a call that failed at once (no time spent, a 60 s deadline, 0.5 s backoff)."""
+    return decide(
+        failure,
         effect=effect,
         idempotent=idempotent,
         rolled_back=rolled_back,
@@ -76,6 +73,16 @@ def test_the_decision_table(
         deadline=60.0,
         backoff=0.5,
     )
+
+
+@pytest.mark.parametrize(
+    ("failure", "effect", "idempotent", "rolled_back", "left"),
+    list(itertools.product(FAILURES_BY_KIND, EFFECTS, [False, True], [False, True], [0, 1])),
+)
+def test_the_decision_table(
+    failure: type[ToolFailure], effect: EffectClass, idempotent: bool, rolled_back: bool, left: int
+) -> None:
+    decision = fresh_decision(failure("x"), effect, idempotent=idempotent, rolled_back=rolled_back, left=left)
     assert decision.reason is expected_reason(failure, effect, idempotent, rolled_back, left)
     assert decision.retry is (decision.reason is Reason.RETRY)
 
@@ -84,16 +91,7 @@ def test_the_cases_that_matter_most() -> None:
     def retried(
         failure: ToolFailure, effect: EffectClass, *, idempotent: bool = False, rolled_back: bool
     ) -> bool:
-        return decide(
-            failure,
-            effect=effect,
-            idempotent=idempotent,
-            rolled_back=rolled_back,
-            retries_left=3,
-            elapsed=0,
-            deadline=60,
-            backoff=0.1,
-        ).retry
+        return fresh_decision(failure, effect, idempotent=idempotent, rolled_back=rolled_back).retry
 
     timeout = UpstreamTimeout("timed out after sending")
     assert retried(timeout, EffectClass.READ, rolled_back=False)

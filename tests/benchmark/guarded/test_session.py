@@ -451,8 +451,8 @@ def test_an_executor_that_raises_keeps_nothing_and_the_session_goes_on(env: Envi
     assert session.pending_changes().changes == []
     speed = {"order_id": PROCESSING, "new_shipping_speed": "standard"}
     assert session.call("update_shipping_speed", speed).verdict is Verdict.ALLOWED
-    outcome = session.commit()
-    assert outcome.committed
-    assert [(c.key, c.op) for c in outcome.changes] == [(PROCESSING, "update")]
-    assert outcome.changes.changes[0].after is not None
-    assert outcome.changes.changes[0].after["status"] == "processing"
+    committed = session.commit()
+    assert committed.committed
+    assert [(c.key, c.op) for c in committed.changes] == [(PROCESSING, "update")]
+    assert committed.changes.changes[0].after is not None
+    assert committed.changes.changes[0].after["status"] == "processing"

@@ -39,7 +39,7 @@ def status(session: GuardSession) -> str:
     return str(rows[0]["status"])
 
 
-def state(tool: str, arguments: dict[str, object] | None = None) -> steps.CallState:
+def state(tool: str, arguments: Mapping[str, object] | None = None) -> steps.CallState:
     return steps.CallState(ToolCall(session_id="s", tool=tool, arguments=dict(arguments or {})))
 
 
@@ -79,9 +79,11 @@ def test_before_call_refuses_on_a_broken_check(session: GuardSession) -> None:
 
 
 def test_approval_holds_a_matched_call_only_after_its_rehearsal(session: GuardSession) -> None:
-    model = PolicyPackModel(
-        name="approve-cancels",
-        approvals=[{"id": "cancel_needs_ok", "source": SOURCE, "tools": ["cancel_order"]}],
+    model = PolicyPackModel.model_validate(
+        {
+            "name": "approve-cancels",
+            "approvals": [{"id": "cancel_needs_ok", "source": SOURCE, "tools": ["cancel_order"]}],
+        }
     )
     session.policy = compile_pack(model)
     call = state("cancel_order", CANCEL)

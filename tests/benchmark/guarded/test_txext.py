@@ -54,16 +54,12 @@ from guard.txext import (
     advertises,
     serialized,
 )
+from tests.support.proxy import request_meta
 
 DOMAIN = "sandbox_external_retail"
 T = TypeVar("T")
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 # -- reference: the same calls on a local SqlBackend ----------------------------------------------------
@@ -161,6 +157,16 @@ def blocking(func: Callable[..., Any], *args: Any) -> Any:
     return anyio.from_thread.run(func, *args)
 
 
+def state_hash_of(client: Client) -> Callable[[], str]:
+    """The environment's state hash, asked over ``client`` from the guard's worker thread."""
+
+    def state_hash() -> str:
+        hashed: str = blocking(environment_state_hash, client.session)
+        return hashed
+
+    return state_hash
+
+
 def raw_tx(client: Client, method: str, tx: str, **fields: Any) -> Any:
     params = TxParams.model_validate({"_meta": {TX_META_KEY: tx}, **fields})
     return blocking(client.session.send_request, TxRequest(method=method, params=params), types.EmptyResult)
@@ -177,10 +183,7 @@ async def test_guard_session_over_the_extension(
         assert advertises(client.server_capabilities)
         assert await init_environment(client.session, task_id=ref.task.id) == ref.init_hash
         tools = await tool_info_map(client)
-
-        def state_hash() -> str:
-            hashed: str = blocking(environment_state_hash, client.session)
-            return hashed
+        state_hash = state_hash_of(client)
 
         def scenario() -> None:
             remote = RemoteBackend(client.session, timeout=60, piggyback=piggyback)
@@ -249,10 +252,7 @@ async def test_rollback_violations_and_refusals(
     async with serve(bench, sqlite_db, "legacy") as client:
         assert await init_environment(client.session, task_id=ref.task.id) == ref.init_hash
         tools = await tool_info_map(client)
-
-        def state_hash() -> str:
-            hashed: str = blocking(environment_state_hash, client.session)
-            return hashed
+        state_hash = state_hash_of(client)
 
         def scenario() -> None:
             # an after_call violation (the check queries through the extension) rolls the call back
@@ -330,7 +330,7 @@ async def test_rollback_violations_and_refusals(
 
 
 async def _call_with_tx(client: Client, tool: str, args: dict[str, Any], tx: str) -> types.CallToolResult:
-    return await client.call_tool(tool, args, meta=cast(types.RequestParamsMeta, {TX_META_KEY: tx}))
+    return await client.call_tool(tool, args, meta=request_meta({TX_META_KEY: tx}))
 
 
 async def _init(client: Client, task: Task) -> str:
@@ -565,7 +565,7 @@ async def test_malformed_or_unwanted_piggybacked_operations_are_refused() -> Non
 async def _call_with_meta(
     client: Client, tool: str, args: dict[str, Any], meta: dict[str, Any]
 ) -> types.CallToolResult:
-    return await client.call_tool(tool, args, meta=cast(types.RequestParamsMeta, meta))
+    return await client.call_tool(tool, args, meta=request_meta(meta))
 
 
 async def _send_with_meta(client: Client, method: str, meta: dict[str, Any]) -> types.EmptyResult:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.campaign.results import ParallelToolCall, Text, ToolCall, ToolResponse
+from benchmark.campaign.results import Message, Text, ToolResponse
 from benchmark.llm.client import ChatClient, EndpointError, UsageMeter
 from benchmark.llm.config import Endpoint, LlmConfigError, load_llm_config
 from benchmark.llm.judge import RubricJudge, final_response, parse_yes
@@ -112,7 +112,7 @@ def test_unreachable_endpoint_is_an_endpoint_error() -> None:
 
 def test_user_simulator_prompt_and_reply(stub: Stub, bench: BenchData) -> None:
     task = next(t for t in bench.tasks(["sandbox_external_retail"]) if t.user_context)
-    transcript: list[Text | ParallelToolCall | ToolCall | ToolResponse] = [
+    transcript: list[Message] = [
         Text(role="system", content="policy"),
         Text(role="user", content=task.query),
         ToolResponse(name="t", content="secret tool text", id="1"),

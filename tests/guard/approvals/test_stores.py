@@ -406,10 +406,11 @@ def test_racing_replicas_decide_once_and_consume_once(
     def contender(n: int) -> None:
         store = replicas[n % 2]
         start.wait()
-        for step, act in (
+        steps: list[tuple[str, Callable[[], object]]] = [
             ("decide", lambda: store.decide(approval.id, approve=True, reviewer=f"rev-{n}", reason=None)),
             ("consume", lambda: store.consume(approval.id, consumer=f"replica-{n}")),
-        ):
+        ]
+        for step, act in steps:
             try:
                 act()
                 result = "ok"

@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from benchmark.perf_peers import Peer, PeerUnavailable, default_peers_dir, install_peer
+from tests.support.processes import shadowguard_serve
 
 EVERYTHING = ("@modelcontextprotocol/server-everything", "2026.8.31")
 TS_SDK = ("@modelcontextprotocol/sdk", "1.32.2")
@@ -105,3 +107,11 @@ def ts_sdk() -> Path:
 @pytest.fixture(scope="session")
 def git_server() -> Path:
     return pip_peer("mcp-server-git", GIT_SERVER, "mcp-server-git") / "mcp-server-git"
+
+
+@pytest.fixture(scope="module")
+def proxy_url(config: Path) -> Iterator[str]:
+    """``shadowguard serve`` on the module's ``config`` fixture: its MCP URL; it must exit 0."""
+    process = shadowguard_serve(config).ready()
+    yield process.url
+    assert process.stop() == 0, process.log.read_text()

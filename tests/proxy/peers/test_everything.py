@@ -28,42 +28,27 @@ import pytest
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.subscriptions import ResourceUpdated
 
+from tests.support.processes import SHADOWGUARD, shadowguard_serve
+from tests.support.proxy import http_proxy_config, request_meta, text, write_config
+
 pytestmark = pytest.mark.anyio
 ERAS = ["legacy", "2026-07-28"]
 PROXY_TOOLS = {"commit", "rollback"}
 TASK_TOOL = "simulate-research-query"
 STATIC = "demo://resource/static/document/architecture.md"
 SAMPLED = "sampled by the test client"
-ROOT = types.Root(uri="file:///srv/project", name="project")
+ROOT = types.Root.model_validate({"uri": "file:///srv/project", "name": "project"})
 
 
 @pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def config(module_tmp: Path, harness: Any, everything_server: Path) -> Path:
+def config(module_tmp: Path, everything_server: Path) -> Path:
     upstream = {
         "name": "everything",
         "transport": "stdio",
         "command": str(everything_server),
         "args": ["stdio"],
     }
-    return harness.write_config(
-        module_tmp / "everything.yaml",
-        [upstream],
-        http={"host": "127.0.0.1", "port": 0},
-        audit={"path": str(module_tmp / "audit.jsonl")},
-        approvals={"wait_s": 0},
-    )
-
-
-@pytest.fixture(scope="module")
-def proxy_url(config: Path, harness: Any) -> Any:
-    process = harness.shadowguard_serve(config).ready()
-    yield process.url
-    assert process.stop() == 0, process.log.read_text()
+    return http_proxy_config(module_tmp / "everything.yaml", upstream)
 
 
 @pytest.fixture(scope="module")
@@ -93,16 +78,16 @@ def everything_over_http(module_tmp: Path, everything_server: Path) -> Any:
 
 
 @pytest.fixture(scope="module")
-def http_upstream_proxy_url(module_tmp: Path, harness: Any, everything_over_http: str) -> Any:
+def http_upstream_proxy_url(module_tmp: Path, everything_over_http: str) -> Any:
     """The proxy in front of server-everything as a streamable-HTTP upstream."""
-    config = harness.write_config(
+    config = write_config(
         module_tmp / "everything-http.yaml",
         [{"name": "everything", "transport": "http", "url": everything_over_http}],
         http={"host": "127.0.0.1", "port": 0},
         audit={"path": str(module_tmp / "audit-http.jsonl")},
         approvals={"wait_s": 0},
     )
-    process = harness.shadowguard_serve(config).ready()
+    process = shadowguard_serve(config).ready()
     yield process.url
     assert process.stop() == 0, process.log.read_text()
 
@@ -168,14 +153,8 @@ def direct(everything_server: Path) -> StdioServerParameters:
     return StdioServerParameters(command=str(everything_server), args=["stdio"])
 
 
-def stdio_proxy(harness: Any, config: Path) -> StdioServerParameters:
-    return StdioServerParameters(
-        command=harness.shadowguard, args=["serve", "--config", str(config), "--stdio"]
-    )
-
-
-def text(result: types.CallToolResult) -> str:
-    return "\n".join(p.text for p in result.content if isinstance(p, types.TextContent))
+def stdio_proxy(config: Path) -> StdioServerParameters:
+    return StdioServerParameters(command=SHADOWGUARD, args=["serve", "--config", str(config), "--stdio"])
 
 
 async def listed(c: Client) -> dict[str, Any]:
@@ -273,27 +252,25 @@ async def test_reads_prompts_and_completion_are_the_upstreams(
 @pytest.mark.parametrize("mode", ERAS)
 async def test_progress_reaches_the_agent(any_upstream_proxy_url: str, mode: str) -> None:
     proxy_url = any_upstream_proxy_url
-    progress: list[tuple[float, float | None]] = []
+    reported: list[tuple[float, float | None]] = []
 
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append((value, total))
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reported.append((progress, total))
 
     async with client(proxy_url, mode) as agent:
         result = await agent.call_tool(
             "trigger-long-running-operation",
             {"duration": 1, "steps": 4},
             progress_callback=on_progress,
-            meta={"shadowguard/session": f"progress-{mode}"},
+            meta=request_meta({"shadowguard/session": f"progress-{mode}"}),
         )
     assert not result.is_error, text(result)
-    assert progress == [(1.0, 4.0), (2.0, 4.0), (3.0, 4.0), (4.0, 4.0)]
+    assert reported == [(1.0, 4.0), (2.0, 4.0), (3.0, 4.0), (4.0, 4.0)]
 
 
-async def test_log_messages_and_resource_updates_reach_a_handshake_era_agent(
-    harness: Any, config: Path
-) -> None:
+async def test_log_messages_and_resource_updates_reach_a_handshake_era_agent(config: Path) -> None:
     seen = Seen()
-    async with client(stdio_proxy(harness, config), "legacy", seen) as agent:
+    async with client(stdio_proxy(config), "legacy", seen) as agent:
         await agent.session.send_request(
             types.SetLevelRequest(params=types.SetLevelRequestParams(level="debug")), types.EmptyResult
         )
@@ -314,7 +291,7 @@ async def test_log_messages_and_resource_updates_reach_a_handshake_era_agent(
 async def test_a_2026_agent_gets_log_messages_it_opts_in_to(any_upstream_proxy_url: str) -> None:
     proxy_url = any_upstream_proxy_url
     seen = Seen()
-    meta = {"shadowguard/session": "logs-2026", "io.modelcontextprotocol/logLevel": "debug"}
+    meta = request_meta({"shadowguard/session": "logs-2026", "io.modelcontextprotocol/logLevel": "debug"})
     async with client(proxy_url, "2026-07-28", seen) as agent:
         on = await agent.call_tool("toggle-simulated-logging", {}, meta=meta)
         off = await agent.call_tool("toggle-simulated-logging", {}, meta=meta)
@@ -324,7 +301,7 @@ async def test_a_2026_agent_gets_log_messages_it_opts_in_to(any_upstream_proxy_u
 
 
 async def test_a_2026_agent_listens_for_resource_updates(proxy_url: str) -> None:
-    meta = {"shadowguard/session": "listen-2026"}
+    meta = request_meta({"shadowguard/session": "listen-2026"})
     async with (
         client(proxy_url, "2026-07-28") as agent,
         agent.listen(resource_subscriptions=[STATIC]) as events,
@@ -361,15 +338,15 @@ CLIENT_REQUESTS = [
     ],
 )
 async def test_sampling_elicitation_and_roots_round_trip_to_the_agent(
-    harness: Any, config: Path, proxy_url: str, transport: str, mode: str, request: pytest.FixtureRequest
+    config: Path, proxy_url: str, transport: str, mode: str, request: pytest.FixtureRequest
 ) -> None:
     """Handshake era: the upstream's requests go to the agent as requests; 2026-07-28: as input rounds.
     ``http-upstream``: the HTTP proxy in front of server-everything serving streamable HTTP."""
     seen = Seen()
-    target: Any = proxy_url if transport == "http" else stdio_proxy(harness, config)
+    target: Any = proxy_url if transport == "http" else stdio_proxy(config)
     if transport == "http-upstream":
         target = request.getfixturevalue("http_upstream_proxy_url")
-    meta = {"shadowguard/session": f"requests-{transport}"} if mode != "legacy" else None
+    meta = request_meta({"shadowguard/session": f"requests-{transport}"}) if mode != "legacy" else None
     async with client(target, mode, seen) as agent:
         for tool, arguments, answer in CLIENT_REQUESTS:
             result = await agent.call_tool(tool, arguments, meta=meta)
@@ -380,10 +357,10 @@ async def test_sampling_elicitation_and_roots_round_trip_to_the_agent(
     assert {"elicitation", "sampling"} <= set(seen.asked) <= {"elicitation", "roots", "sampling"}
 
 
-async def test_the_stdio_agent_answers_requests_made_outside_its_calls(harness: Any, config: Path) -> None:
+async def test_the_stdio_agent_answers_requests_made_outside_its_calls(config: Path) -> None:
     """The upstream asks for roots when told they changed: a stdio proxy's one agent is asked."""
     seen = Seen()
-    async with client(stdio_proxy(harness, config), "legacy", seen) as agent:
+    async with client(stdio_proxy(config), "legacy", seen) as agent:
         await agent.session.send_request(
             types.SetLevelRequest(params=types.SetLevelRequestParams(level="info")), types.EmptyResult
         )
@@ -412,14 +389,15 @@ async def test_an_upstream_request_for_an_undeclared_capability_is_refused(proxy
 
 
 async def test_an_unknown_input_round_is_refused(proxy_url: str) -> None:
+    no_answers: types.InputResponses = {}
     async with client(proxy_url, "2026-07-28") as agent:
         with pytest.raises(MCPError, match="Unknown or expired requestState"):
             await agent.session.call_tool(
                 "echo",
                 {"message": "x"},
                 request_state="relay:" + "0" * 32,
-                input_responses={},
-                meta={"shadowguard/session": "rounds"},
+                input_responses=no_answers,
+                meta=request_meta({"shadowguard/session": "rounds"}),
                 allow_input_required=True,
             )
 
@@ -428,7 +406,7 @@ async def test_an_unknown_input_round_is_refused(proxy_url: str) -> None:
 async def test_a_task_only_tool_is_refused_and_not_sent(proxy_url: str, mode: str) -> None:
     async with client(proxy_url, mode) as agent:
         result = await agent.call_tool(
-            TASK_TOOL, {"topic": "x"}, meta={"shadowguard/session": f"task-{mode}"}
+            TASK_TOOL, {"topic": "x"}, meta=request_meta({"shadowguard/session": f"task-{mode}"})
         )
     assert result.is_error
     assert text(result).startswith(f"Refused by the guard: {TASK_TOOL} did not run and nothing changed.")
@@ -482,15 +460,13 @@ def ts_agent(folder: Path, sdk: Path) -> Path:
 
 @pytest.mark.parametrize("transport", ["http", "stdio"])
 def test_the_typescript_sdk_lists_and_calls_tools(
-    module_tmp: Path, ts_sdk: Path, harness: Any, config: Path, proxy_url: str, transport: str
+    module_tmp: Path, ts_sdk: Path, config: Path, proxy_url: str, transport: str
 ) -> None:
     node = shutil.which("node")
     assert node is not None
     script = ts_agent(module_tmp, ts_sdk)
     target = (
-        [proxy_url]
-        if transport == "http"
-        else [harness.shadowguard, "serve", "--config", str(config), "--stdio"]
+        [proxy_url] if transport == "http" else [SHADOWGUARD, "serve", "--config", str(config), "--stdio"]
     )
     done = subprocess.run(
         [node, str(script), transport, *target], capture_output=True, text=True, timeout=120, check=False
@@ -505,7 +481,7 @@ def test_the_typescript_sdk_lists_and_calls_tools(
 
 
 def test_two_upstreams_serving_one_resource_uri_stop_the_proxy(
-    module_tmp: Path, harness: Any, everything_server: Path
+    module_tmp: Path, everything_server: Path
 ) -> None:
     upstreams = [
         {
@@ -517,9 +493,9 @@ def test_two_upstreams_serving_one_resource_uri_stop_the_proxy(
         }
         for name, prefix in (("one", "one_"), ("two", "two_"))
     ]
-    config = harness.write_config(module_tmp / "clash.yaml", upstreams, http={"host": "127.0.0.1", "port": 0})
+    config = write_config(module_tmp / "clash.yaml", upstreams, http={"host": "127.0.0.1", "port": 0})
     done = subprocess.run(
-        [harness.shadowguard, "serve", "--config", str(config)],
+        [SHADOWGUARD, "serve", "--config", str(config)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -12,17 +12,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import mcp.types as types
 import pytest
 from mcp import Client, StdioServerParameters
 
+from tests.support.processes import SHADOWGUARD
+from tests.support.proxy import http_proxy_config, request_meta, text
+
 pytestmark = pytest.mark.anyio
 ERAS = ["legacy", "2026-07-28"]
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def git(repo: Path, *args: str) -> str:
@@ -45,31 +42,14 @@ def repo(module_tmp: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def config(module_tmp: Path, harness: Any, git_server: Path, repo: Path) -> Path:
+def config(module_tmp: Path, git_server: Path, repo: Path) -> Path:
     upstream = {
         "name": "git",
         "transport": "stdio",
         "command": str(git_server),
         "args": ["--repository", str(repo)],
     }
-    return harness.write_config(
-        module_tmp / "git.yaml",
-        [upstream],
-        http={"host": "127.0.0.1", "port": 0},
-        audit={"path": str(module_tmp / "audit.jsonl")},
-        approvals={"wait_s": 0},
-    )
-
-
-@pytest.fixture(scope="module")
-def proxy_url(config: Path, harness: Any) -> Any:
-    process = harness.shadowguard_serve(config).ready()
-    yield process.url
-    assert process.stop() == 0, process.log.read_text()
-
-
-def text(result: types.CallToolResult) -> str:
-    return "\n".join(p.text for p in result.content if isinstance(p, types.TextContent))
+    return http_proxy_config(module_tmp / "git.yaml", upstream)
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -90,16 +70,16 @@ async def test_tools_are_listed_as_the_server_lists_them(
     ("transport", "mode"), [("http", "legacy"), ("http", "2026-07-28"), ("stdio", "legacy")]
 )
 async def test_a_read_and_writes_reach_the_repository(
-    harness: Any, config: Path, repo: Path, proxy_url: str, transport: str, mode: str
+    config: Path, repo: Path, proxy_url: str, transport: str, mode: str
 ) -> None:
     name = f"{transport}-{mode}.txt"
     (repo / name).write_text(f"written for {transport} {mode}\n")
     target: Any = proxy_url
     if transport == "stdio":
         target = StdioServerParameters(
-            command=harness.shadowguard, args=["serve", "--config", str(config), "--stdio"]
+            command=SHADOWGUARD, args=["serve", "--config", str(config), "--stdio"]
         )
-    meta = {"shadowguard/session": f"git-{transport}-{mode}"} if mode != "legacy" else None
+    meta = request_meta({"shadowguard/session": f"git-{transport}-{mode}"}) if mode != "legacy" else None
     path = {"repo_path": str(repo)}
     async with Client(target, mode=mode, cache=None, read_timeout_seconds=60) as agent:
         status = await agent.call_tool("git_status", path, meta=meta)

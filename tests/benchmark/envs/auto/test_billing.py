@@ -12,7 +12,7 @@ import pytest
 
 from benchmark.envs import Domain, Environment
 from benchmark.envs.auto import billing
-from tests.support.envs import call, failure_text
+from tests.support.envs import call, failed
 
 ACCOUNTS = billing.ACCOUNTS
 PAST_DUE_POLICY = "POL-0012345678"
@@ -63,8 +63,10 @@ def test_unknown_policy_is_an_error_and_writes_nothing(
     env: Environment, tool: str, extra: dict[str, Any]
 ) -> None:
     before = env.state_hash()
-    text = env.call_tool(tool, {"policy_id": "POL-NOPE", **extra})
-    assert text == failure_text(tool, "No billing account found for policy_id 'POL-NOPE'.")
+    assert (
+        failed(env, tool, {"policy_id": "POL-NOPE", **extra})
+        == "No billing account found for policy_id 'POL-NOPE'."
+    )
     assert env.state_hash() == before
 
 
@@ -75,9 +77,9 @@ def test_get_arrangement_history_counts_arrangements(env: Environment) -> None:
 
 
 def test_get_arrangement_history_requires_policy_id(env: Environment) -> None:
-    text = env.call_tool("billing_get_arrangement_history", {})
-    assert text == failure_text(
-        "billing_get_arrangement_history", "Input validation failed: policy_id: Field required"
+    assert (
+        failed(env, "billing_get_arrangement_history", {})
+        == "Input validation failed: policy_id: Field required"
     )
 
 
@@ -95,14 +97,13 @@ def test_create_installment_plan_stores_plan_and_counts_it(env: Environment) -> 
 
 
 def test_create_installment_plan_rejects_non_integer_amount(env: Environment) -> None:
-    text = env.call_tool(
+    assert failed(
+        env,
         "billing_create_installment_plan",
         {"policy_id": PAST_DUE_POLICY, "installment_count": 2, "installment_amount": "lots"},
-    )
-    assert text == failure_text(
-        "billing_create_installment_plan",
+    ) == (
         "Input validation failed: installment_amount: Input should be a valid integer, "
-        "unable to parse string as an integer",
+        "unable to parse string as an integer"
     )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from benchmark.envs import Database, Domain, Environment
 from benchmark.envs.auto import claims
 from benchmark.tasks import BenchData, Task
-from tests.support.envs import call, failure_text
+from tests.support.envs import call, failed, failure_text, record, records, stored
 
 DOMAIN = "sandbox_auto_insurance"
 CLAIMS = claims.CLAIMS
@@ -58,7 +58,7 @@ def test_create_fnol_makes_deterministic_open_claim(env: Environment) -> None:
     expected_id = "CLM-2" + hashlib.sha256(seed.encode()).hexdigest()[:9].upper()
     text = env.call_tool("claims_create_fnol", {**FNOL, "has_bodily_injury": None})
     assert text == f'{{"claim_id": "{expected_id}", "claim_stage": "Open \\u2013 Initial Review"}}'
-    row = env.table(CLAIMS).get(expected_id).model_dump(mode="json")
+    row = stored(env, CLAIMS, expected_id)
     assert row["created_date"] == row["date_of_loss"] == "2025-09-30"
     assert (row["siu_flag"], row["has_bodily_injury"], row["police_report_required"]) == (
         "None",
@@ -74,7 +74,7 @@ def test_create_fnol_is_idempotent_on_policy_date_and_vehicle(env: Environment) 
     again = call(env, "claims_create_fnol", {**FNOL, "claim_type": "Liability Only", "severity": "Minor"})
     assert again == first
     assert env.table(CLAIMS).count() == count
-    assert env.table(CLAIMS).get(first["claim_id"]).severity.value == "Major"
+    assert record(env, CLAIMS, first["claim_id"])["severity"].value == "Major"
 
 
 def test_create_fnol_without_vehicle_uses_vin_then_placeholder(env: Environment) -> None:
@@ -90,16 +90,16 @@ def test_create_fnol_without_vehicle_uses_vin_then_placeholder(env: Environment)
 
 def test_create_fnol_unknown_policy_writes_nothing(env: Environment) -> None:
     before = env.state_hash()
-    text = env.call_tool("claims_create_fnol", {**FNOL, "policy_id": "POL-NOPE"})
-    assert text == failure_text("claims_create_fnol", "Policy 'POL-NOPE' not found.")
+    assert (
+        failed(env, "claims_create_fnol", {**FNOL, "policy_id": "POL-NOPE"}) == "Policy 'POL-NOPE' not found."
+    )
     assert env.state_hash() == before
 
 
 def test_create_fnol_rejects_unknown_severity(env: Environment) -> None:
-    text = env.call_tool("claims_create_fnol", {**FNOL, "severity": "Huge"})
-    assert text == failure_text(
-        "claims_create_fnol",
-        "Input validation failed: severity: Input should be 'Minor', 'Moderate' or 'Major'",
+    assert (
+        failed(env, "claims_create_fnol", {**FNOL, "severity": "Huge"})
+        == "Input validation failed: severity: Input should be 'Minor', 'Moderate' or 'Major'"
     )
 
 
@@ -125,8 +125,10 @@ def test_check_open_major_claims_counts_only_open_major(env: Environment) -> Non
 
 
 def test_check_open_major_claims_unknown_policy(env: Environment) -> None:
-    text = env.call_tool("claims_check_open_major_claims", {"policy_id": "POL-NOPE"})
-    assert text == failure_text("claims_check_open_major_claims", "Policy 'POL-NOPE' not found.")
+    assert (
+        failed(env, "claims_check_open_major_claims", {"policy_id": "POL-NOPE"})
+        == "Policy 'POL-NOPE' not found."
+    )
 
 
 def test_get_policy_claims_lists_claims_of_the_policy(env: Environment) -> None:
@@ -146,8 +148,10 @@ def test_get_policy_claims_months_back_counts_from_newest_claim_anywhere(env: En
 
 
 def test_get_policy_claims_unknown_policy(env: Environment) -> None:
-    text = env.call_tool("claims_get_policy_claims", {"policy_id": "POL-NOPE", "months_back": 6})
-    assert text == failure_text("claims_get_policy_claims", "Policy 'POL-NOPE' not found.")
+    assert (
+        failed(env, "claims_get_policy_claims", {"policy_id": "POL-NOPE", "months_back": 6})
+        == "Policy 'POL-NOPE' not found."
+    )
 
 
 def _task_with_timestamped_claim(tasks: list[Task]) -> tuple[Task, dict[str, Any]]:
@@ -166,7 +170,7 @@ def test_get_policy_claims_months_back_fails_on_timestamped_created_date(
         env.apply_patch(task.data_patch)
         plain = call(env, "claims_get_policy_claims", {"policy_id": claim["policy_id"]})
         assert claim["id"] in [c["claim_id"] for c in plain["claims"]]
-        newest = max(c.created_date for c in env.table(CLAIMS).all())
+        newest = max(c["created_date"] for c in records(env, CLAIMS))
         text = env.call_tool("claims_get_policy_claims", {"policy_id": claim["policy_id"], "months_back": 6})
     assert text == failure_text("claims_get_policy_claims", f"unconverted data remains: {newest[10:]}")
 
@@ -181,8 +185,10 @@ def test_get_vehicle_claims_filters_open_only(env: Environment) -> None:
 
 
 def test_get_vehicle_claims_unknown_vehicle(env: Environment) -> None:
-    text = env.call_tool("claims_get_vehicle_claims", {"vehicle_id": "VEH-NOPE"})
-    assert text == failure_text("claims_get_vehicle_claims", "Vehicle 'VEH-NOPE' not found.")
+    assert (
+        failed(env, "claims_get_vehicle_claims", {"vehicle_id": "VEH-NOPE"})
+        == "Vehicle 'VEH-NOPE' not found."
+    )
 
 
 def test_get_driver_claims_closed_only_history(env: Environment) -> None:
@@ -196,5 +202,6 @@ def test_get_driver_claims_closed_only_history(env: Environment) -> None:
 
 
 def test_get_driver_claims_unknown_driver(env: Environment) -> None:
-    text = env.call_tool("claims_get_driver_claims", {"driver_id": "DRV-NOPE"})
-    assert text == failure_text("claims_get_driver_claims", "Driver 'DRV-NOPE' not found.")
+    assert (
+        failed(env, "claims_get_driver_claims", {"driver_id": "DRV-NOPE"}) == "Driver 'DRV-NOPE' not found."
+    )

@@ -12,7 +12,7 @@ import pytest
 
 from benchmark.envs import Domain, Environment
 from benchmark.envs.auto import crm
-from tests.support.envs import call, failure_text
+from tests.support.envs import call, failed, stored
 
 CUSTOMERS = crm.CUSTOMERS
 
@@ -23,16 +23,16 @@ def test_all_crm_tools_are_read_only(domain: Domain) -> None:
 
 
 def test_get_customer_by_email_is_case_insensitive_and_takes_first_match(env: Environment) -> None:
-    original = env.table(CUSTOMERS).get("CUS-00023456").model_dump(mode="json")
+    original = stored(env, CUSTOMERS, "CUS-00023456")
     env.apply_patch({CUSTOMERS: [{**original, "id": "CUS-LATER", "first_name": "Other"}]})
     text = env.call_tool("crm_get_customer_by_email", {"email": "Sarah.Miller@OUTLOOK.com"})
     assert text == '{"customer_id": "CUS-00023456", "first_name": "Sarah", "last_name": "Miller"}'
 
 
 def test_get_customer_by_email_unknown(env: Environment) -> None:
-    text = env.call_tool("crm_get_customer_by_email", {"email": "nobody@example.com"})
-    assert text == failure_text(
-        "crm_get_customer_by_email", "No customer found with email 'nobody@example.com'"
+    assert (
+        failed(env, "crm_get_customer_by_email", {"email": "nobody@example.com"})
+        == "No customer found with email 'nobody@example.com'"
     )
 
 
@@ -52,8 +52,10 @@ def test_get_customer_profile_drops_missing_optional_fields(env: Environment) ->
 
 
 def test_get_customer_profile_unknown(env: Environment) -> None:
-    text = env.call_tool("crm_get_customer_profile", {"customer_id": "CUS-NOPE"})
-    assert text == failure_text("crm_get_customer_profile", "Customer with ID 'CUS-NOPE' not found")
+    assert (
+        failed(env, "crm_get_customer_profile", {"customer_id": "CUS-NOPE"})
+        == "Customer with ID 'CUS-NOPE' not found"
+    )
 
 
 @pytest.mark.parametrize(
@@ -84,12 +86,14 @@ def test_verify_identity_without_stored_answer_fails_verification(env: Environme
 
 
 def test_verify_identity_needs_a_credential_before_the_lookup(env: Environment) -> None:
-    text = env.call_tool("crm_verify_identity", {"customer_id": "CUS-NOPE", "ssn_last_4": None})
-    assert text == failure_text(
-        "crm_verify_identity", "Must provide either ssn_last_4 or security_answer for verification"
+    assert (
+        failed(env, "crm_verify_identity", {"customer_id": "CUS-NOPE", "ssn_last_4": None})
+        == "Must provide either ssn_last_4 or security_answer for verification"
     )
 
 
 def test_verify_identity_unknown_customer(env: Environment) -> None:
-    text = env.call_tool("crm_verify_identity", {"customer_id": "CUS-NOPE", "ssn_last_4": "1234"})
-    assert text == failure_text("crm_verify_identity", "Customer with ID 'CUS-NOPE' not found")
+    assert (
+        failed(env, "crm_verify_identity", {"customer_id": "CUS-NOPE", "ssn_last_4": "1234"})
+        == "Customer with ID 'CUS-NOPE' not found"
+    )

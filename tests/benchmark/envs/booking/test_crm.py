@@ -12,7 +12,7 @@ import pytest
 
 from benchmark.envs import Environment
 from benchmark.envs.booking import crm
-from tests.support.envs import Patch, call, failure
+from tests.support.envs import Patch, call, failure, stored
 
 PROFILES = "crm_api_customer_profiles"
 
@@ -88,7 +88,7 @@ def test_update_customer_info_sets_fields_in_input_order(env: Environment) -> No
         {"customer_id": "CUS-C1", "last_booking_date": 12345, "complaint_count": "2", "email": None},
     )
     assert out == {"success": True, "updated_fields": ["complaint_count", "last_booking_date"]}
-    row = env.table(PROFILES).get("CRM-ROW-1").model_dump(mode="json")
+    row = stored(env, PROFILES, "CRM-ROW-1")
     assert row["complaint_count"] == 2
     assert row["last_booking_date"] == "1970-01-01T03:25:45Z"
     assert row["updated_at"] == "2025-01-01T00:00:00Z"

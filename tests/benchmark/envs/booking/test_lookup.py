@@ -16,7 +16,7 @@ from benchmark.envs import Domain, Environment
 from benchmark.envs.booking import lookup
 from benchmark.envs.booking.common import BOOKINGS, CORPORATE_ACCOUNTS, GROUP_BOOKINGS, HOTELS
 from tests.support.booking import STAMP, booking, hotel
-from tests.support.envs import Patch, call, failure
+from tests.support.envs import Patch, call, failure, records
 
 ACCOUNT = {
     "id": "INT-T1",
@@ -149,5 +149,5 @@ def test_validate_booking_reference(env: Environment) -> None:
     assert call(env, tool, {"booking_reference": "BKG-123"}) == failure(
         tool, "Invalid booking reference format."
     )
-    lookup_copy = env.table("lookup_bookings").all()[0].booking_reference
+    lookup_copy = records(env, "lookup_bookings")[0]["booking_reference"]
     assert call(env, tool, {"booking_reference": lookup_copy}) == {"is_valid": False}

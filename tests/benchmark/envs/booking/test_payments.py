@@ -13,7 +13,7 @@ import pytest
 
 from benchmark.envs import Environment
 from benchmark.envs.booking import payments
-from tests.support.envs import Patch, call, failure
+from tests.support.envs import Patch, call, failure, record, stored
 
 TXNS = "payment_api_transactions"
 
@@ -118,7 +118,7 @@ def test_process_charge_appends_rounded_charge(env: Environment) -> None:
     )
     txn_id = f"TXN-{count + 1:08d}"
     assert out == {"transaction_id": txn_id, "payment_status": "successful"}
-    row = env.table(TXNS).get(txn_id).model_dump(mode="json")
+    row = stored(env, TXNS, txn_id)
     assert row["amount"] == "12.35"
     assert row["customer_id"] == "CUS-P1"
     assert row["transaction_type"] == "charge"
@@ -152,7 +152,7 @@ def test_process_charge_tiny_positive_amount_rounds_to_zero(env: Environment) ->
         "payment_api_process_charge",
         {"booking_reference": "BKG-P1", "charge_amount": 0.001, "reason": "x"},
     )
-    assert env.table(TXNS).get(out["transaction_id"]).amount == Decimal("0.00")
+    assert record(env, TXNS, out["transaction_id"])["amount"] == Decimal("0.00")
 
 
 def test_process_refund_accepts_any_amount(env: Environment) -> None:
@@ -168,10 +168,10 @@ def test_process_refund_accepts_any_amount(env: Environment) -> None:
         "refund_status": "successful",
         "processing_time_estimate": "3-5 business days",
     }
-    row = env.table(TXNS).get(txn_id)
-    assert row.amount == Decimal("-5.00")
-    assert row.transaction_type.value == "refund"
-    assert row.processing_time_estimate == "3-5 business days"
+    row = record(env, TXNS, txn_id)
+    assert row["amount"] == Decimal("-5.00")
+    assert row["transaction_type"].value == "refund"
+    assert row["processing_time_estimate"] == "3-5 business days"
 
 
 def test_process_refund_unknown_booking(env: Environment) -> None:
@@ -185,11 +185,11 @@ def test_process_charge_dispute_numbers_disputes(env: Environment) -> None:
     args = {"transaction_id": "TXN-P-OLD", "dispute_reason": "unauthorized_charge", "dispute_amount": 50}
     assert call(env, tool, args) == {"dispute_case_id": "DSP-00000001", "dispute_status": "under_review"}
     assert call(env, tool, args)["dispute_case_id"] == "DSP-00000002"
-    row = env.table(TXNS).get("DSP-00000001")
-    assert row.booking_reference == "BKG-P1"
-    assert row.payment_status.value == "pending"
-    assert row.amount == Decimal("50.00")
-    assert row.created_at == "2025-11-30T10:00:00+00:00"
+    row = record(env, TXNS, "DSP-00000001")
+    assert row["booking_reference"] == "BKG-P1"
+    assert row["payment_status"].value == "pending"
+    assert row["amount"] == Decimal("50.00")
+    assert row["created_at"] == "2025-11-30T10:00:00+00:00"
 
 
 def test_process_charge_dispute_rejects_unknown_transaction_and_extras(env: Environment) -> None:

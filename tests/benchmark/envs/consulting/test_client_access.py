@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from benchmark.envs import Environment
-from tests.support.envs import call, error_of
+from tests.support.envs import call, error_of, record, records, stored_rows
 
 DOMAIN = "sandbox_consulting"
 VPN = "client_access_vpn_access"
@@ -30,7 +30,7 @@ def test_vpn_provision_check_and_revoke(env: Environment) -> None:
     assert call(
         env, "client_access_api", {"action": "provision_vpn", "email": email, "client_id": "CLT-A"}
     ) == {"success": True}
-    ids = [v.id for v in env.table(VPN).all() if v.employee_email == email]
+    ids = [v["id"] for v in records(env, VPN) if v["employee_email"] == email]
     assert ids == ["VPN-2-000000", "VPN-2-000001", "VPN-2-000002"]
     active = call(env, "client_access_api", {"action": "check_vpn_access", "email": email})
     assert active["vpn_access"][:2] == [
@@ -40,12 +40,12 @@ def test_vpn_provision_check_and_revoke(env: Environment) -> None:
 
     revoke = {"action": "revoke_vpn", "email": email, "client_id": "CLT-A"}
     assert call(env, "client_access_api", revoke) == {"success": True}
-    revoked = {v.id: v.revoked_at for v in env.table(VPN).all() if v.employee_email == email}
+    revoked = {v["id"]: v["revoked_at"] for v in records(env, VPN) if v["employee_email"] == email}
     frozen = dt.datetime(2025, 10, 1, tzinfo=dt.UTC)
     assert revoked == {"VPN-2-000000": None, "VPN-2-000001": frozen, "VPN-2-000002": None}
 
     assert call(env, "client_access_api", {"action": "revoke_vpn", "email": email}) == {"success": True}
-    assert all(v.revoked_at == frozen for v in env.table(VPN).all() if v.employee_email == email)
+    assert all(v["revoked_at"] == frozen for v in records(env, VPN) if v["employee_email"] == email)
     assert call(env, "client_access_api", {"action": "check_vpn_access", "email": email}) == {
         "vpn_access": []
     }
@@ -102,8 +102,14 @@ def test_client_system_requirements_and_prerequisites(env: Environment) -> None:
         "access_type": "read_only",
     }
     assert call(env, "client_access_api", provision) == {"success": True}
-    row = env.table(SYSTEMS).get("CSA-2-000000")
-    assert (row.employee_email, row.client_id, row.system_name, row.access_type.value, row.revoked_at) == (
+    row = record(env, SYSTEMS, "CSA-2-000000")
+    assert (
+        row["employee_email"],
+        row["client_id"],
+        row["system_name"],
+        row["access_type"].value,
+        row["revoked_at"],
+    ) == (
         email,
         "CLT-T1",
         "Client Salesforce",
@@ -151,9 +157,9 @@ def test_background_check_initiate_upserts_by_email(env: Environment) -> None:
     }
 
     assert call(env, "background_check_api", {**initiate, "email": "bg.new@msg.com"}) == {"success": True}
-    rows = env.table(CLEARANCES).all()
+    rows = stored_rows(env, CLEARANCES)
     assert len(rows) == count + 1
-    assert rows[-1].model_dump(mode="json") == {
+    assert rows[-1] == {
         "employee_email": "bg.new@msg.com",
         "clearance_level": "high_security",
         "status": "in_progress",
@@ -196,12 +202,12 @@ def test_nda_status_and_send_for_signature(env: Environment) -> None:
     send = {"action": "send_for_signature", "email": email, "client_id": "CLT-S"}
     assert call(env, "nda_api", send) == {"success": True}
     assert env.table(NDAS).count() == count
-    assert env.table(NDAS).get(f"{email}:CLT-S").status.value == "sent_for_signature"
+    assert record(env, NDAS, f"{email}:CLT-S")["status"].value == "sent_for_signature"
 
     assert call(env, "nda_api", {**send, "client_id": "CLT-N"}) == {"success": True}
-    rows = env.table(NDAS).all()
+    rows = records(env, NDAS)
     assert len(rows) == count + 1
-    assert (rows[-1].employee_email, rows[-1].client_id, rows[-1].status.value) == (
+    assert (rows[-1]["employee_email"], rows[-1]["client_id"], rows[-1]["status"].value) == (
         email,
         "CLT-N",
         "sent_for_signature",
@@ -257,8 +263,8 @@ def test_box_folder_details_and_grant(env: Environment) -> None:
     }
     assert call(env, "box_api", grant) == {"success": True}
     assert call(env, "box_api", grant) == {"success": True}
-    first, second = env.table(FOLDER_LOGS).get("FAL-2-000000"), env.table(FOLDER_LOGS).get("FAL-2-000001")
-    assert (first.folder_id, first.employee_email, first.permission_level.value) == (
+    first, second = record(env, FOLDER_LOGS, "FAL-2-000000"), record(env, FOLDER_LOGS, "FAL-2-000001")
+    assert (first["folder_id"], first["employee_email"], first["permission_level"].value) == (
         "FLD-T1",
         "g@msg.com",
         "editor",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from benchmark.envs import Domain, Environment
 from benchmark.envs.consulting import directory
-from tests.support.envs import call, failure_text
+from tests.support.envs import call, failed, stored
 
 
 def test_only_access_and_approval_creation_write(domain: Domain) -> None:
@@ -23,8 +23,10 @@ def test_catalog_get_details(env: Environment) -> None:
         text
         == '{"id": "CAT-0078901", "name": "Notion Enterprise", "annual_cost": 600, "pool_type": "enterprise"}'
     )
-    missing = env.call_tool("software_catalog_get_details", {"catalog_id": "CAT-NOPE"})
-    assert missing == failure_text("software_catalog_get_details", "Software not found in catalog: CAT-NOPE")
+    assert (
+        failed(env, "software_catalog_get_details", {"catalog_id": "CAT-NOPE"})
+        == "Software not found in catalog: CAT-NOPE"
+    )
 
 
 def test_catalog_search_is_case_insensitive_substring_in_store_order(env: Environment) -> None:
@@ -43,8 +45,10 @@ def test_catalog_search_is_case_insensitive_substring_in_store_order(env: Enviro
         "annual_cost": 96,
         "pool_type": "standard",
     }
-    text = env.call_tool("software_catalog_search", {"software_name": "Nope"})
-    assert text == failure_text("software_catalog_search", "No matching software found in catalog for: Nope")
+    assert (
+        failed(env, "software_catalog_search", {"software_name": "Nope"})
+        == "No matching software found in catalog for: Nope"
+    )
 
 
 def test_check_employee_assignment(env: Environment) -> None:
@@ -69,9 +73,9 @@ def test_check_employee_assignment(env: Environment) -> None:
 
 
 def test_check_employee_assignment_requires_both_fields(env: Environment) -> None:
-    text = env.call_tool("salesforce_crm_check_employee_assignment", {"email": "a@msg.com"})
-    assert text == failure_text(
-        "salesforce_crm_check_employee_assignment", "Input validation failed: engagement_code: Field required"
+    assert (
+        failed(env, "salesforce_crm_check_employee_assignment", {"email": "a@msg.com"})
+        == "Input validation failed: engagement_code: Field required"
     )
 
 
@@ -84,8 +88,10 @@ def test_get_engagement_drops_missing_end_date(env: Environment) -> None:
         "status": "pipeline",
         "start_date": "2025-01-01T00:00:00+00:00",
     }
-    text = env.call_tool("salesforce_crm_get_engagement", {"engagement_code": "ENG-X"})
-    assert text == failure_text("salesforce_crm_get_engagement", "Engagement not found: ENG-X")
+    assert (
+        failed(env, "salesforce_crm_get_engagement", {"engagement_code": "ENG-X"})
+        == "Engagement not found: ENG-X"
+    )
 
 
 def test_workday_get_employee(env: Environment) -> None:
@@ -114,13 +120,14 @@ def test_workday_get_employee(env: Environment) -> None:
 
 
 def test_workday_errors(env: Environment) -> None:
-    missing = env.call_tool("workday_api", {"action": "get_employee"})
-    assert missing == failure_text("workday_api", "Missing required parameter: email")
-    unknown = env.call_tool("workday_api", {"action": "get_employee", "email": "nobody@msg.com"})
-    assert unknown == failure_text("workday_api", "Employee not found: nobody@msg.com")
-    bad = env.call_tool("workday_api", {"action": "fire_employee", "email": "nobody@msg.com"})
-    assert bad == failure_text(
-        "workday_api", "Input validation failed: action: Input should be 'get_employee'"
+    assert failed(env, "workday_api", {"action": "get_employee"}) == "Missing required parameter: email"
+    assert (
+        failed(env, "workday_api", {"action": "get_employee", "email": "nobody@msg.com"})
+        == "Employee not found: nobody@msg.com"
+    )
+    assert (
+        failed(env, "workday_api", {"action": "fire_employee", "email": "nobody@msg.com"})
+        == "Input validation failed: action: Input should be 'get_employee'"
     )
 
 
@@ -137,25 +144,23 @@ def test_okta_provision_access_appends_first_free_ids(env: Environment) -> None:
     )
     assert first == second == '{"success": true}'
     assert logs.count() == before + 3
-    created = logs.get("AAL-2-000001").model_dump(mode="json")
+    created = stored(env, directory.ACCESS_LOGS, "AAL-2-000001")
     assert created == {
         "id": "AAL-2-000001",
         "employee_email": "a@msg.com",
         "app_name": "Slack",
         "access_type": "full_access",
     }
-    assert logs.get("AAL-2-000002").model_dump(mode="json")["access_type"] == "read_only"
+    assert stored(env, directory.ACCESS_LOGS, "AAL-2-000002")["access_type"] == "read_only"
 
 
 def test_okta_provision_access_rejects_unknown_access_type(env: Environment) -> None:
     before = env.table(directory.ACCESS_LOGS).count()
-    text = env.call_tool(
-        "okta_provision_access", {"email": "a@msg.com", "app_name": "Slack", "access_type": "owner"}
-    )
-    assert text == failure_text(
-        "okta_provision_access",
+    assert failed(
+        env, "okta_provision_access", {"email": "a@msg.com", "app_name": "Slack", "access_type": "owner"}
+    ) == (
         "Input validation failed: access_type: "
-        "Input should be 'full_access', 'read_only', 'contributor' or 'admin'",
+        "Input should be 'full_access', 'read_only', 'contributor' or 'admin'"
     )
     assert env.table(directory.ACCESS_LOGS).count() == before
 
@@ -170,10 +175,14 @@ def test_mavenlink_get_engagement(env: Environment) -> None:
             "senior_manager_email": "james.anderson@msg.com",
         }
     }
-    text = env.call_tool("mavenlink_api", {"action": "get_engagement", "engagement_code": "ENG-X"})
-    assert text == failure_text("mavenlink_api", "Engagement not found: ENG-X")
-    missing = env.call_tool("mavenlink_api", {"action": "get_engagement", "email": "a@msg.com"})
-    assert missing == failure_text("mavenlink_api", "Missing required parameter: engagement_code")
+    assert (
+        failed(env, "mavenlink_api", {"action": "get_engagement", "engagement_code": "ENG-X"})
+        == "Engagement not found: ENG-X"
+    )
+    assert (
+        failed(env, "mavenlink_api", {"action": "get_engagement", "email": "a@msg.com"})
+        == "Missing required parameter: engagement_code"
+    )
 
 
 def test_mavenlink_assignments_and_validation(env: Environment) -> None:
@@ -192,8 +201,10 @@ def test_mavenlink_assignments_and_validation(env: Environment) -> None:
     }
     none = env.call_tool("mavenlink_api", {"action": "get_employee_assignments", "email": "nobody@msg.com"})
     assert none == '{"assignments": []}'
-    missing = env.call_tool("mavenlink_api", {"action": "get_employee_assignments"})
-    assert missing == failure_text("mavenlink_api", "Missing required parameter: email")
+    assert (
+        failed(env, "mavenlink_api", {"action": "get_employee_assignments"})
+        == "Missing required parameter: email"
+    )
     valid = {"action": "validate_engagement_code", "engagement_code": "ENG-0101234"}
     assert env.call_tool("mavenlink_api", valid) == '{"valid": true}'
     invalid = {"action": "validate_engagement_code", "engagement_code": "ENG-9999999"}
@@ -208,8 +219,8 @@ def test_approval_create_then_get_status(env: Environment) -> None:
         "amount": "420",
     }
     assert env.call_tool("approval_create_request", args) == '{"approval_id": "APR-2-000000"}'
-    stored = env.table(directory.APPROVALS).get("APR-2-000000").model_dump(mode="json")
-    assert stored == {
+    approval = stored(env, directory.APPROVALS, "APR-2-000000")
+    assert approval == {
         "id": "APR-2-000000",
         "request_type": "software_access",
         "requester_email": "jennifer.patel@msg.com",
@@ -260,11 +271,9 @@ def test_approval_create_rejects_bad_amount(env: Environment) -> None:
         "approver_email": "b@msg.com",
         "amount": "x",
     }
-    text = env.call_tool("approval_create_request", args)
-    assert text == failure_text(
-        "approval_create_request",
+    assert failed(env, "approval_create_request", args) == (
         "Input validation failed: amount: "
-        "Input should be a valid integer, unable to parse string as an integer",
+        "Input should be a valid integer, unable to parse string as an integer"
     )
     assert env.table(directory.APPROVALS).count() == before
 
@@ -313,8 +322,10 @@ def test_approver_lookup(env: Environment) -> None:
         "name": "Richard Williams",
         "availability_status": "available",
     }
-    missing = env.call_tool("approver_lookup_get_contact", {"email": "nobody@msg.com"})
-    assert missing == failure_text("approver_lookup_get_contact", "Approver not found: nobody@msg.com")
+    assert (
+        failed(env, "approver_lookup_get_contact", {"email": "nobody@msg.com"})
+        == "Approver not found: nobody@msg.com"
+    )
 
 
 def test_hardware_order_is_constant_and_writes_nothing(env: Environment) -> None:
@@ -322,9 +333,7 @@ def test_hardware_order_is_constant_and_writes_nothing(env: Environment) -> None
     args = {"device_model": "iPhone 13", "quantity": "1", "deliver_to": "Chicago"}
     assert env.call_tool("hardware_procurement_create_order", args) == '{"order_id": "HWO-0056435"}'
     assert env.state_hash() == before
-    bad = env.call_tool("hardware_procurement_create_order", {**args, "deliver_to": "Boston"})
-    assert bad == failure_text(
-        "hardware_procurement_create_order",
+    assert failed(env, "hardware_procurement_create_order", {**args, "deliver_to": "Boston"}) == (
         "Input validation failed: deliver_to: "
-        "Input should be 'New York', 'San Francisco', 'Chicago' or 'Austin'",
+        "Input should be 'New York', 'San Francisco', 'Chicago' or 'Austin'"
     )

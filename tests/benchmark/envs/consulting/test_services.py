@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchmark.envs import Environment
-from tests.support.envs import call, error_of
+from tests.support.envs import call, error_of, record, records
 
 DOMAIN = "sandbox_consulting"
 EXPENSES = "concur_expense_reports"
@@ -67,19 +67,19 @@ def test_concur_get_expense_report_drops_nulls_and_keeps_naive_dates(env: Enviro
 
 
 def test_concur_override_sets_approval_and_keeps_rejection(env: Environment) -> None:
-    report = env.table(EXPENSES).all()[0]
+    report = records(env, EXPENSES)[0]
     args = {
         "action": "override_expense_rejection",
-        "expense_report_id": report.id,
+        "expense_report_id": report["id"],
         "override_reason": "system_error",
         "approver_email": "boss@msg.com",
     }
     assert call(env, "concur_api", args) == {"success": True}
-    stored = env.table(EXPENSES).get(report.id)
-    assert stored.override_approved is True
-    assert stored.override_approved_by == "boss@msg.com"
-    assert stored.override_reason.value == "system_error"
-    assert stored.rejection_reason == report.rejection_reason
+    row = record(env, EXPENSES, report["id"])
+    assert row["override_approved"] is True
+    assert row["override_approved_by"] == "boss@msg.com"
+    assert row["override_reason"].value == "system_error"
+    assert row["rejection_reason"] == report["rejection_reason"]
 
 
 def test_concur_errors(env: Environment) -> None:
@@ -143,20 +143,20 @@ def test_assets_inventory_reserve_assign_retire(env: Environment) -> None:
 
     reserve = {"action": "reserve_device", "device_type": "phone", "location": "Austin"}
     assert call(env, "asset_management_api", reserve) == {"reserved_asset_id": "ZZT-1"}
-    assert env.table(DEVICES).get("ZZT-1").inventory_status.value == "reserved"
+    assert record(env, DEVICES, "ZZT-1")["inventory_status"].value == "reserved"
     assert call(env, "asset_management_api", inventory) == {
         "available_count_by_model": {"Pixel 9": 1, "iPhone 16": 1}
     }
 
     assign = {"action": "assign_device", "email": "n@msg.com", "asset_id": "ZZT-1"}
     assert call(env, "asset_management_api", assign) == {"success": True}
-    assignment = env.table(ASSIGNMENTS).get("ASMT-2-000000")
-    assert (assignment.asset_id, assignment.employee_email, assignment.returned_at) == (
+    assignment = record(env, ASSIGNMENTS, "ASMT-2-000000")
+    assert (assignment["asset_id"], assignment["employee_email"], assignment["returned_at"]) == (
         "ZZT-1",
         "n@msg.com",
         None,
     )
-    assert env.table(DEVICES).get("ZZT-1").inventory_status.value == "assigned"
+    assert record(env, DEVICES, "ZZT-1")["inventory_status"].value == "assigned"
     devices = call(env, "asset_management_api", {"action": "get_employee_devices", "email": "n@msg.com"})
     assert devices == {
         "devices": [{"id": "ASMT-2-000000", "asset_id": "ZZT-1", "employee_email": "n@msg.com"}]
@@ -209,8 +209,8 @@ def test_license_availability_allocate_cost(env: Environment) -> None:
     assert call(env, "license_management_api", check) == {"available_count": 2}
     allocate = {"action": "allocate", "catalog_id": "CAT-T1", "email": "a@msg.com", "pool_type": "standard"}
     assert call(env, "license_management_api", allocate) == {"success": True}
-    row = env.table(ALLOCATIONS).get("LIC-2-000000")
-    assert (row.catalog_id, row.employee_email, row.pool_type.value, row.engagement_code) == (
+    row = record(env, ALLOCATIONS, "LIC-2-000000")
+    assert (row["catalog_id"], row["employee_email"], row["pool_type"].value, row["engagement_code"]) == (
         "CAT-T1",
         "a@msg.com",
         "standard",
@@ -344,8 +344,8 @@ def test_degreed_enroll_and_errors(env: Environment) -> None:
     _degreed_rows(env)
     enroll = {"action": "enroll_employee", "email": "n@msg.com", "course_id": "CRS-T1"}
     assert call(env, "degreed_api", enroll) == {"success": True}
-    row = env.table(ENROLLMENTS).get("ENR-2-000000")
-    assert (row.employee_email, row.course_id, row.completion_date) == ("n@msg.com", "CRS-T1", None)
+    row = record(env, ENROLLMENTS, "ENR-2-000000")
+    assert (row["employee_email"], row["course_id"], row["completion_date"]) == ("n@msg.com", "CRS-T1", None)
     assert call(env, "degreed_api", {"action": "check_enrollment", "course_id": "CRS-T1"}) == {
         "available_seats": 1
     }

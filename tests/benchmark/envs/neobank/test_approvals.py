@@ -38,7 +38,7 @@ def _employee(emp_id: str, email: str, status: str, manager: str | None = "WD-75
     }
 
 
-PATCH = {
+PATCH: Patch = {
     EMPLOYEES: [
         _employee("WD-LEAVE", "on.leave@vdb.com", "on_leave"),
         _employee("WD-LEAVE2", "orphan.leave@vdb.com", "on_leave", manager=None),

@@ -13,7 +13,7 @@ import pytest
 
 from benchmark.envs import Domain, Environment
 from benchmark.envs.neobank import assets
-from tests.support.envs import call, failure_text, stored
+from tests.support.envs import call, failed, failure_text, stored
 
 DOMAIN = "sandbox_neobank_support_v1"
 
@@ -72,16 +72,17 @@ def test_assign_device_refusals_leave_state_alone(
     env: Environment, asset_id: str, email: str, message: str
 ) -> None:
     before = env.state_hash()
-    text = env.call_tool("asset_management_api_assign_device", {"asset_id": asset_id, "email": email})
-    assert text == failure_text("asset_management_api_assign_device", message)
+    assert (
+        failed(env, "asset_management_api_assign_device", {"asset_id": asset_id, "email": email}) == message
+    )
     assert env.state_hash() == before
 
 
 def test_assign_device_employee_is_checked_before_the_asset(env: Environment) -> None:
-    text = env.call_tool(
-        "asset_management_api_assign_device", {"asset_id": "nope", "email": "nobody@vdb.com"}
+    assert (
+        failed(env, "asset_management_api_assign_device", {"asset_id": "nope", "email": "nobody@vdb.com"})
+        == "Employee not found: nobody@vdb.com"
     )
-    assert text == failure_text("asset_management_api_assign_device", "Employee not found: nobody@vdb.com")
 
 
 # -- check_inventory -------------------------------------------------------------------------------
@@ -119,10 +120,14 @@ def test_check_inventory_counts_non_retired_and_lists_unassigned_new_or_good(env
 def test_check_inventory_rejects_unknown_types_then_locations(
     env: Environment, device_type: str, location: str, message: str
 ) -> None:
-    text = env.call_tool(
-        "asset_management_api_check_inventory", {"device_type": device_type, "warehouse_location": location}
+    assert (
+        failed(
+            env,
+            "asset_management_api_check_inventory",
+            {"device_type": device_type, "warehouse_location": location},
+        )
+        == message
     )
-    assert text == failure_text("asset_management_api_check_inventory", message)
 
 
 # -- get_device_details ----------------------------------------------------------------------------
@@ -146,10 +151,9 @@ def test_get_device_details_errors(env: Environment) -> None:
     assert text == failure_text("asset_management_api_get_device_details", "Asset not found: VDB-HW-0")
     patched = {**stored(env, assets.ASSETS, "VDB-HW-57382"), "purchase_date": "last spring"}
     env.apply_patch({assets.ASSETS: [patched]})
-    text = env.call_tool("asset_management_api_get_device_details", {"asset_id": "VDB-HW-57382"})
-    assert text == failure_text(
-        "asset_management_api_get_device_details",
-        "Invalid purchase_date for asset VDB-HW-57382: 'last spring'",
+    assert (
+        failed(env, "asset_management_api_get_device_details", {"asset_id": "VDB-HW-57382"})
+        == "Invalid purchase_date for asset VDB-HW-57382: 'last spring'"
     )
 
 
@@ -186,9 +190,9 @@ def test_get_employee_devices_lists_active_assignments_in_order(env: Environment
 
 
 def test_get_employee_devices_unknown_employee(env: Environment) -> None:
-    text = env.call_tool("asset_management_api_get_employee_devices", {"email": "ghost@vdb.com"})
-    assert text == failure_text(
-        "asset_management_api_get_employee_devices", "Employee not found: ghost@vdb.com"
+    assert (
+        failed(env, "asset_management_api_get_employee_devices", {"email": "ghost@vdb.com"})
+        == "Employee not found: ghost@vdb.com"
     )
 
 
@@ -205,9 +209,9 @@ def test_retire_device_closes_the_active_assignment(env: Environment) -> None:
     assert (asset["condition"], asset["is_assigned"]) == ("retired", False)
     assignment = stored(env, assets.ASSIGNMENTS, "ASN-39471826")
     assert (assignment["is_active"], assignment["returned_at"]) == (False, "2025-12-17T10:00:00Z")
-    again = env.call_tool("asset_management_api_retire_device", {"asset_id": "VDB-HW-29417"})
-    assert again == failure_text(
-        "asset_management_api_retire_device", "Asset VDB-HW-29417 is already retired"
+    assert (
+        failed(env, "asset_management_api_retire_device", {"asset_id": "VDB-HW-29417"})
+        == "Asset VDB-HW-29417 is already retired"
     )
 
 
@@ -224,8 +228,10 @@ def test_retire_unassigned_device_touches_no_assignment(env: Environment) -> Non
 
 
 def test_retire_unknown_device(env: Environment) -> None:
-    text = env.call_tool("asset_management_api_retire_device", {"asset_id": "VDB-HW-0"})
-    assert text == failure_text("asset_management_api_retire_device", "Asset not found: VDB-HW-0")
+    assert (
+        failed(env, "asset_management_api_retire_device", {"asset_id": "VDB-HW-0"})
+        == "Asset not found: VDB-HW-0"
+    )
 
 
 # -- create_order ----------------------------------------------------------------------------------
@@ -271,8 +277,7 @@ def test_create_order_stores_a_pending_order_with_a_date_only_delivery(env: Envi
 )
 def test_create_order_refusals(env: Environment, change: dict[str, Any], message: str) -> None:
     before = env.state_hash()
-    text = env.call_tool("hardware_procurement_api_create_order", {**ORDER, **change})
-    assert text == failure_text("hardware_procurement_api_create_order", message)
+    assert failed(env, "hardware_procurement_api_create_order", {**ORDER, **change}) == message
     assert env.state_hash() == before
 
 
@@ -309,20 +314,24 @@ def test_allocate_license_appends_an_allocation(env: Environment) -> None:
 )
 def test_allocate_license_refusals(env: Environment, software: str, email: str, message: str) -> None:
     before = env.state_hash()
-    text = env.call_tool(
-        "license_management_api_allocate_license", {"software_name": software, "email": email}
+    assert (
+        failed(env, "license_management_api_allocate_license", {"software_name": software, "email": email})
+        == message
     )
-    assert text == failure_text("license_management_api_allocate_license", message)
     assert env.state_hash() == before
 
 
 def test_allocate_license_exhausted_limited_pool_but_never_unlimited(env: Environment) -> None:
     looker = {**stored(env, assets.LICENSES, "LIC-31854792"), "total_licenses": 1}
     env.apply_patch({assets.LICENSES: [looker]})
-    text = env.call_tool(
-        "license_management_api_allocate_license", {"software_name": "Looker", "email": "lisa.chen@vdb.com"}
+    assert (
+        failed(
+            env,
+            "license_management_api_allocate_license",
+            {"software_name": "Looker", "email": "lisa.chen@vdb.com"},
+        )
+        == "No licenses available in pool"
     )
-    assert text == failure_text("license_management_api_allocate_license", "No licenses available in pool")
     assert (
         call(env, "license_management_api_check_availability", {"software_name": "Looker"})[
             "available_licenses"
@@ -341,9 +350,9 @@ def test_check_availability_unlimited_pool_omits_counts(env: Environment) -> Non
     assert env.call_tool("license_management_api_check_availability", {"software_name": "Salesforce"}) == (
         '{"license_type": "unlimited"}'
     )
-    text = env.call_tool("license_management_api_check_availability", {"software_name": "Visio"})
-    assert text == failure_text(
-        "license_management_api_check_availability", "Software not found in license inventory: Visio"
+    assert (
+        failed(env, "license_management_api_check_availability", {"software_name": "Visio"})
+        == "Software not found in license inventory: Visio"
     )
 
 
@@ -355,7 +364,7 @@ def test_check_license_type(env: Environment) -> None:
         "license_type": "unlimited",
         "license_id": "LIC-84726391",
     }
-    text = env.call_tool("license_management_api_check_license_type", {"software_name": "Visio"})
-    assert text == failure_text(
-        "license_management_api_check_license_type", "Software not found in license inventory: Visio"
+    assert (
+        failed(env, "license_management_api_check_license_type", {"software_name": "Visio"})
+        == "Software not found in license inventory: Visio"
     )

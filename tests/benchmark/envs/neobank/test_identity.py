@@ -39,7 +39,7 @@ def _incident(incident_id: str, reported: str, resolved: str | None) -> dict[str
     }
 
 
-PATCH = {
+PATCH: Patch = {
     SECURITY_INCIDENTS: [
         _incident("SEC-RECENT", "2025-12-17T08:00:00Z", "2025-12-17T12:00:00Z"),
         _incident("SEC-OLD", "2025-12-16T08:00:00Z", "2025-12-17T09:59:59Z"),

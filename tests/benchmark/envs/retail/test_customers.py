@@ -13,7 +13,7 @@ import pytest
 from benchmark.envs import Database, Domain, Environment
 from benchmark.envs.retail import customers
 from benchmark.tasks import Task
-from tests.support.envs import call, failure_text, stored
+from tests.support.envs import call, failed, stored
 
 PROFILES = customers.PROFILES
 MEMBERSHIPS = customers.MEMBERSHIPS
@@ -47,9 +47,9 @@ def test_get_discount_application_missing_order_gives_empty_application(env: Env
 
 
 def test_get_discount_application_rejects_extra_argument(env: Environment) -> None:
-    text = env.call_tool("get_discount_application", {"order_id": "ORD-1", "x": 1})
-    assert text == failure_text(
-        "get_discount_application", "Input validation failed: x: Extra inputs are not permitted"
+    assert (
+        failed(env, "get_discount_application", {"order_id": "ORD-1", "x": 1})
+        == "Input validation failed: x: Extra inputs are not permitted"
     )
 
 
@@ -64,8 +64,10 @@ def test_get_promotion_details_valid_at_frozen_instant(env: Environment) -> None
 
 @pytest.mark.parametrize("code", ["SAVE20", "welcome10", "NOPE"])
 def test_get_promotion_details_expired_wrong_case_or_unknown(env: Environment, code: str) -> None:
-    text = env.call_tool("get_promotion_details", {"promo_code": code})
-    assert text == failure_text("get_promotion_details", f"Promotion code not found or expired: {code}")
+    assert (
+        failed(env, "get_promotion_details", {"promo_code": code})
+        == f"Promotion code not found or expired: {code}"
+    )
 
 
 def test_get_promotion_details_window_is_checked_against_frozen_now(env: Environment) -> None:
@@ -118,14 +120,13 @@ def test_add_points_to_balance_credits_and_debits(env: Environment) -> None:
 
 def test_add_points_to_balance_without_membership_changes_nothing(env: Environment) -> None:
     before = env.state_hash()
-    text = env.call_tool(
+    assert failed(
+        env,
         "add_points_to_balance",
         {"customer_id": "CUS-10000002", "points_to_add": "500", "points_reason": "refund_return"},
-    )
-    assert text == failure_text(
-        "add_points_to_balance",
+    ) == (
         "No membership record found for customer CUS-10000002. "
-        "Customer must have a membership record to receive points.",
+        "Customer must have a membership record to receive points."
     )
     assert env.state_hash() == before
 
@@ -179,14 +180,14 @@ def test_get_customer_profile_id_wins_over_email(env: Environment) -> None:
 
 
 def test_get_customer_profile_errors(env: Environment) -> None:
-    assert env.call_tool("get_customer_profile", {}) == failure_text(
-        "get_customer_profile", "Either customer_id or email must be provided"
+    assert failed(env, "get_customer_profile", {}) == "Either customer_id or email must be provided"
+    assert (
+        failed(env, "get_customer_profile", {"email": "x@y.z"})
+        == "Customer not found with provided identifier: x@y.z"
     )
-    assert env.call_tool("get_customer_profile", {"email": "x@y.z"}) == failure_text(
-        "get_customer_profile", "Customer not found with provided identifier: x@y.z"
-    )
-    assert env.call_tool("get_customer_profile", {"customer_id": "CUS-NOPE"}) == failure_text(
-        "get_customer_profile", "Customer not found with provided identifier: CUS-NOPE"
+    assert (
+        failed(env, "get_customer_profile", {"customer_id": "CUS-NOPE"})
+        == "Customer not found with provided identifier: CUS-NOPE"
     )
 
 
@@ -214,8 +215,9 @@ def test_get_membership_details_returns_only_active_records(env: Environment) ->
             ]
         }
     )
-    assert env.call_tool("get_membership_details", {"customer_id": "CUS-10000002"}) == failure_text(
-        "get_membership_details", "No active membership found for customer: CUS-10000002"
+    assert (
+        failed(env, "get_membership_details", {"customer_id": "CUS-10000002"})
+        == "No active membership found for customer: CUS-10000002"
     )
 
 
@@ -261,10 +263,14 @@ def test_upgrade_creates_first_free_membership_id_and_sets_tier(env: Environment
 
 def test_upgrade_errors_change_nothing(env: Environment) -> None:
     before = env.state_hash()
-    assert env.call_tool(
-        "update_membership_status",
-        {"customer_id": "CUS-NOPE", "action": "upgrade", "membership_type": "plus"},
-    ) == failure_text("update_membership_status", "Customer not found: CUS-NOPE")
+    assert (
+        failed(
+            env,
+            "update_membership_status",
+            {"customer_id": "CUS-NOPE", "action": "upgrade", "membership_type": "plus"},
+        )
+        == "Customer not found: CUS-NOPE"
+    )
     assert "error" in call(
         env, "update_membership_status", {"customer_id": "CUS-10000002", "action": "upgrade"}
     )
@@ -272,9 +278,10 @@ def test_upgrade_errors_change_nothing(env: Environment) -> None:
 
 
 def test_cancel_without_membership_record(env: Environment) -> None:
-    assert env.call_tool(
-        "update_membership_status", {"customer_id": "CUS-10000002", "action": "cancel"}
-    ) == failure_text("update_membership_status", "No membership record found for customer: CUS-10000002")
+    assert (
+        failed(env, "update_membership_status", {"customer_id": "CUS-10000002", "action": "cancel"})
+        == "No membership record found for customer: CUS-10000002"
+    )
 
 
 def _task_with_active_membership(tasks: list[Task]) -> tuple[Task, dict[str, Any]]:

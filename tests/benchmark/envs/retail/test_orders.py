@@ -435,6 +435,6 @@ def test_replacement_follows_a_golden_trajectory(
         env.apply_patch(task.data_patch)
         stock = stored(env, INVENTORY, params["sku"])["available_quantity"]
         out = call(env, "create_replacement_order", params)
-        new_line = env.table(LINES).where(order_id=out["replacement_order_id"])[0]
-        assert new_line.product_name == stored(env, PRODUCTS, params["sku"])["name"]
+        new_line = env.table(LINES).where(order_id=out["replacement_order_id"])[0].model_dump()
+        assert new_line["product_name"] == stored(env, PRODUCTS, params["sku"])["name"]
         assert stored(env, INVENTORY, params["sku"])["available_quantity"] == stock - params["quantity"]

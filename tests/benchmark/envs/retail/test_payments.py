@@ -6,7 +6,7 @@ from typing import Any
 
 from benchmark.envs import Environment
 from benchmark.tasks import Task
-from tests.support.envs import call
+from tests.support.envs import call, records, stored
 
 TXNS = "external_retail_toolset_stripe_models_payment_transactions"
 REFUNDS = "external_retail_toolset_stripe_models_refunds"
@@ -40,7 +40,7 @@ def test_charge_customer_appends_authorized_card_charge(env: Environment) -> Non
         "status": "authorized",
         "transaction_date": "2025-10-01T13:00:05+00:00",
     }
-    row = env.table(TXNS).get(txn_id).model_dump(mode="json")
+    row = stored(env, TXNS, txn_id)
     assert row["payment_method"] == "Card on file"
     assert row["customer_id"] == "CUS-X"
     assert row["charge_reason"] == "reship_fee"
@@ -73,25 +73,25 @@ def test_charge_customer_refuses_an_id_collision(env: Environment) -> None:
 def test_create_refund_from_golden_call(retail_tasks: list[Task], env: Environment) -> None:
     task, params = _golden_call(retail_tasks, "create_refund")
     env.apply_patch(task.data_patch)
-    original = env.table(TXNS).where(order_id=params["order_id"])[-1]
+    original = env.table(TXNS).where(order_id=params["order_id"])[-1].model_dump()
     refunds_before = env.table(REFUNDS).count()
     out = call(env, "create_refund", params)
     refund_id = f"RFD-2{refunds_before:07d}"
     assert out == {
         "refund_id": refund_id,
-        "transaction_id": original.id,
+        "transaction_id": original["id"],
         "amount": float(params["amount"]),
         "status": "pending",
         "refund_date": "2025-10-01T13:00:05+00:00",
     }
-    row = env.table(REFUNDS).get(refund_id).model_dump(mode="json")
+    row = stored(env, REFUNDS, refund_id)
     assert row["order_id"] == params["order_id"]
     assert row["refund_reason"] == params["refund_reason"]
     assert row["refund_date"] == "2025-10-01T13:00:05Z"
 
 
 def test_create_refund_uses_the_orders_last_transaction(env: Environment) -> None:
-    order_id = env.table(TXNS).all()[0].order_id
+    order_id = records(env, TXNS)[0]["order_id"]
     charge = call(
         env,
         "charge_customer",
@@ -121,8 +121,8 @@ def test_create_refund_needs_a_transaction(env: Environment) -> None:
 
 
 def test_get_payment_status_returns_the_transaction(env: Environment) -> None:
-    txn = env.table(TXNS).all()[0]
-    out = call(env, "get_payment_status", {"order_id": txn.order_id})
+    txn = records(env, TXNS)[0]
+    out = call(env, "get_payment_status", {"order_id": txn["order_id"]})
     assert list(out) == [
         "transaction_id",
         "order_id",
@@ -132,10 +132,10 @@ def test_get_payment_status_returns_the_transaction(env: Environment) -> None:
         "payment_method",
         "transaction_date",
     ]
-    assert out["transaction_id"] == txn.id
-    assert out["amount"] == txn.amount
-    assert out["status"] == txn.status.value
-    assert out["transaction_date"] == txn.transaction_date.isoformat()
+    assert out["transaction_id"] == txn["id"]
+    assert out["amount"] == txn["amount"]
+    assert out["status"] == txn["status"].value
+    assert out["transaction_date"] == txn["transaction_date"].isoformat()
 
 
 def test_get_payment_status_unknown_order(env: Environment) -> None:

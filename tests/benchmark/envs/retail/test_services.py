@@ -7,7 +7,7 @@ from typing import Any
 
 from benchmark.envs import Environment
 from benchmark.tasks import Task
-from tests.support.envs import call
+from tests.support.envs import call, record, records, stored
 
 CONTRACTS = "external_retail_toolset_extend_models_warranty_contracts"
 CLAIMS = "external_retail_toolset_extend_models_warranty_claims"
@@ -88,19 +88,19 @@ def test_warranty_coverage_validates_input(env: Environment) -> None:
 
 
 def test_file_warranty_claim_creates_pending_claim_and_bumps_taken_ids(env: Environment) -> None:
-    contract = env.table(CONTRACTS).all()[0]
+    contract = records(env, CONTRACTS)[0]
     count = env.table(CLAIMS).count()
     taken = f"WCL-2{count + 1:07d}"
     env.apply_patch({CLAIMS: [{**env.table(CLAIMS).all()[0].model_dump(mode="json"), "id": taken}]})
     out = call(
         env,
         "file_warranty_claim",
-        {"contract_id": contract.id, "customer_id": "CUS-ANY", "warranty_issue_type": "component_failed"},
+        {"contract_id": contract["id"], "customer_id": "CUS-ANY", "warranty_issue_type": "component_failed"},
     )
     claim_id = f"WCL-2{count + 2:07d}"
     assert out == {"claim_id": claim_id, "status": "pending", "claim_date": "2025-10-01T13:00:05+00:00"}
-    row = env.table(CLAIMS).get(claim_id).model_dump(mode="json")
-    assert row["contract_id"] == contract.id
+    row = stored(env, CLAIMS, claim_id)
+    assert row["contract_id"] == contract["id"]
     assert row["customer_id"] == "CUS-ANY"
     assert row["issue_description"] == "Component failed"
     assert row["claim_date"] == "2025-10-01T13:00:05Z"
@@ -129,7 +129,7 @@ def test_cancel_installation_ignores_status_and_order(env: Environment) -> None:
         {"job_id": "JOB-T", "order_id": "ORD-OTHER", "cancellation_reason": "product_incompatible"},
     )
     assert out == {"job_id": "JOB-T", "status": "cancelled", "service_cost_refunded": 149.0}
-    assert env.table(JOBS).get("JOB-T").status.value == "cancelled"
+    assert record(env, JOBS, "JOB-T")["status"].value == "cancelled"
 
 
 def test_cancel_installation_unknown_job(env: Environment) -> None:
@@ -183,7 +183,7 @@ def test_reschedule_installation_reopens_completed_job_for_workmanship(env: Envi
         "new_scheduled_date": "2025-10-12T09:00:00+00:00",
         "status": "scheduled",
     }
-    row = env.table(JOBS).get("JOB-T").model_dump(mode="json")
+    row = stored(env, JOBS, "JOB-T")
     assert row["scheduled_date"] == "2025-10-12T09:00:00Z"
     assert row["status"] == "scheduled"
 
@@ -197,7 +197,7 @@ def test_reschedule_installation_keeps_status_and_reads_ints_as_timestamps(env: 
     )
     assert out["new_scheduled_date"] == "1970-01-01T03:25:45+00:00"
     assert out["status"] == "completed"
-    assert env.table(JOBS).get("JOB-T").model_dump(mode="json")["scheduled_date"] == "1970-01-01T03:25:45Z"
+    assert stored(env, JOBS, "JOB-T")["scheduled_date"] == "1970-01-01T03:25:45Z"
 
 
 def test_reschedule_installation_unknown_job(env: Environment) -> None:
@@ -221,7 +221,7 @@ def test_create_rma_stores_amounts_verbatim_with_bumped_id(env: Environment) -> 
         "status": "approved",
         "created_date": "2025-10-01T13:00:05+00:00",
     }
-    row = env.table(RMAS).get(first["rma_id"]).model_dump(mode="json")
+    row = stored(env, RMAS, first["rma_id"])
     assert row["is_defective"] is True
     assert row["refund_amount"] == 100.0
     assert row["restocking_fee"] == 15.0
@@ -230,7 +230,7 @@ def test_create_rma_stores_amounts_verbatim_with_bumped_id(env: Environment) -> 
     env.apply_patch({RMAS: [{**row, "id": f"RMA-20{count + 2:06d}"}]})
     second = call(env, "create_rma", _rma_args())
     assert second["rma_id"] == f"RMA-20{count + 3:06d}"
-    assert env.table(RMAS).get(second["rma_id"]).is_defective is False
+    assert record(env, RMAS, second["rma_id"])["is_defective"] is False
 
 
 def test_create_rma_rejects_bad_reason(env: Environment) -> None:

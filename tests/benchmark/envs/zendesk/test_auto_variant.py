@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from benchmark.envs import Environment
-from tests.support.envs import call, create_item, domain_fixture, error_of, update_item
+from tests.support.envs import (
+    call,
+    create_item,
+    domain_fixture,
+    error_of,
+    record,
+    records,
+    stored,
+    update_item,
+)
 
 AUTO = "sandbox_auto_insurance"
 TICKETS = "zendesk_tickets"
@@ -33,8 +42,8 @@ def test_create_ticket_in_a_non_open_status_logs_a_violation(env: Environment) -
         "escalation_level",
         "user_type",
     ]
-    violation = env.table(VIOLATIONS).get("VIOLATION-6")  # 5 default rows
-    assert violation.model_dump(mode="json") == {
+    violation = stored(env, VIOLATIONS, "VIOLATION-6")  # 5 default rows
+    assert violation == {
         "id": "VIOLATION-6",
         "ticket_id": "6",
         "created_status": "pending",
@@ -45,7 +54,7 @@ def test_create_ticket_in_a_non_open_status_logs_a_violation(env: Environment) -
 def test_create_ticket_without_status_is_new_and_logged(env: Environment) -> None:
     create_item(env, "tickets", {"subject": "S"})
     create_item(env, "tickets", {"subject": "T", "status": "closed"})
-    logged = [(v.ticket_id, v.created_status.value) for v in env.table(VIOLATIONS).all()[5:]]
+    logged = [(v["ticket_id"], v["created_status"].value) for v in records(env, VIOLATIONS)[5:]]
     assert logged == [("6", "new"), ("7", "closed")]
 
 
@@ -74,7 +83,7 @@ def test_update_ignores_nulls(env: Environment) -> None:
         "item"
     ]
     assert (item["outcome_summary"], item["escalation_level"]) == ("Pending – Internal Review", "Supervisor")
-    assert env.table(TICKETS).get("2").escalation_level == "Supervisor"
+    assert record(env, TICKETS, "2")["escalation_level"] == "Supervisor"
 
 
 def test_get_items_uses_the_real_ne_ge_le_comparators(env: Environment) -> None:

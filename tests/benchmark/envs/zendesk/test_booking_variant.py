@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from benchmark.envs import Environment
 from benchmark.envs.zendesk.variant import booking_ticket_tags
-from tests.support.envs import call, create_item, domain_fixture, error_of, update_item
+from tests.support.envs import call, create_item, domain_fixture, error_of, record, update_item
 
 BOOKING = "external_booking_v1"
 TICKETS = "zendesk_tickets"
@@ -24,9 +24,9 @@ def test_create_ticket_stores_filtered_tags_but_echoes_the_sent_ones(env: Enviro
     assert item["id"] == "13"  # 12 default tickets
     assert item["tags"] == sent
     assert item["refund_amount"] == 0.0
-    stored = env.table(TICKETS).get("13")
-    assert stored.tags == ["b2c-customer", "check-in-upcoming"]
-    assert stored.refund_amount == 0.0
+    row = record(env, TICKETS, "13")
+    assert row["tags"] == ["b2c-customer", "check-in-upcoming"]
+    assert row["refund_amount"] == 0.0
 
 
 def test_create_ticket_without_tags_or_refund_gets_empty_tags_and_zero_refund(env: Environment) -> None:
@@ -34,7 +34,7 @@ def test_create_ticket_without_tags_or_refund_gets_empty_tags_and_zero_refund(en
     assert (item["tags"], item["refund_amount"], item["status"]) == ([], 0.0, "new")
     kept = create_item(env, "tickets", {"subject": "T", "refund_amount": 42})
     assert kept["item"]["refund_amount"] == 42.0
-    assert env.table(TICKETS).get("14").refund_amount == 42.0
+    assert record(env, TICKETS, "14")["refund_amount"] == 42.0
 
 
 def test_create_does_not_default_refund_on_other_tables(env: Environment) -> None:
@@ -73,15 +73,15 @@ def test_update_filters_sent_tags_ignores_nulls_and_sets_custom_fields(env: Envi
         12.5,
     )
     assert item["updated_at"] == "2025-10-01T13:00:10Z"
-    stored = env.table(TICKETS).get("TCK-10000001")
-    assert stored.tags == ["date-change"]
-    assert stored.priority.value == "high"
+    row = record(env, TICKETS, "TCK-10000001")
+    assert row["tags"] == ["date-change"]
+    assert row["priority"].value == "high"
 
 
 def test_update_without_tags_shows_the_stored_tags_and_null_tags_keep_them(env: Environment) -> None:
     item = update_item(env, "tickets", "TCK-10000002", {"tags": None})["item"]
     assert item["tags"] == ["refund", "cancellation"]
-    assert env.table(TICKETS).get("TCK-10000002").tags == ["refund", "cancellation"]
+    assert record(env, TICKETS, "TCK-10000002")["tags"] == ["refund", "cancellation"]
 
 
 def test_update_unknown_ticket_errors(env: Environment) -> None:

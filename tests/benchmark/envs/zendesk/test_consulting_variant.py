@@ -7,7 +7,7 @@ violation; an int ``organization_id`` never reaches the User row through the too
 from __future__ import annotations
 
 from benchmark.envs import Environment
-from tests.support.envs import call, create_item, domain_fixture, error_of, update_item
+from tests.support.envs import call, create_item, domain_fixture, error_of, record, stored, update_item
 
 CONSULTING = "sandbox_consulting"
 TICKETS = "zendesk_tickets"
@@ -50,8 +50,8 @@ def test_create_ticket_keeps_tags_as_sent_and_logs_a_non_open_status(env: Enviro
         "ENG-1234567",
     )
     assert list(item)[-len(CUSTOM_FIELDS) :] == CUSTOM_FIELDS
-    assert env.table(TICKETS).get("6").tags == ["Hardware_Request", "approval"]
-    assert env.table(VIOLATIONS).get("VIOLATION-6").model_dump(mode="json") == {
+    assert record(env, TICKETS, "6")["tags"] == ["Hardware_Request", "approval"]
+    assert stored(env, VIOLATIONS, "VIOLATION-6") == {
         "id": "VIOLATION-6",
         "ticket_id": "6",
         "created_status": "pending",
@@ -92,7 +92,7 @@ def test_user_organization_id_is_text(env: Environment) -> None:
         env, "users", {"name": "Dana Cole", "email": "dana.cole@msg.com", "organization_id": "2"}
     )["item"]
     assert (user["id"], user["organization_id"]) == ("6", "2")
-    assert env.table(USERS).get("6").organization_id == "2"
+    assert record(env, USERS, "6")["organization_id"] == "2"
 
 
 def test_int_user_organization_id_falls_to_another_input_and_fails(env: Environment) -> None:

@@ -9,7 +9,16 @@ from __future__ import annotations
 from benchmark.envs import Database, Domain, Environment
 from benchmark.envs.zendesk.variant import neobank_item, neobank_ticket_tags
 from benchmark.tasks import BenchData, Task
-from tests.support.envs import call, create_item, domain_fixture, error_of, update_item
+from tests.support.envs import (
+    call,
+    create_item,
+    domain_fixture,
+    error_of,
+    record,
+    records,
+    stored_rows,
+    update_item,
+)
 
 NEOBANK = "sandbox_neobank_support_v1"
 TICKETS = "zendesk_tickets"
@@ -65,7 +74,7 @@ def test_create_ticket_stores_and_returns_normalised_tags(env: Environment) -> N
         "it_inf_team",
     )
     assert list(item)[-len(CUSTOM_FIELDS) :] == CUSTOM_FIELDS
-    assert env.table(TICKETS).get("6").tags == ["escalated", "temporary_access"]
+    assert record(env, TICKETS, "6")["tags"] == ["escalated", "temporary_access"]
     assert env.table(VIOLATIONS).count() == 5
 
 
@@ -73,7 +82,7 @@ def test_create_ticket_with_empty_or_null_tags_stores_none(env: Environment) -> 
     first = create_item(env, "tickets", {"subject": "A", "status": "open", "tags": ""})
     second = create_item(env, "tickets", {"subject": "B", "status": "open", "tags": None})
     assert (first["item"]["tags"], second["item"]["tags"]) == ([], [])
-    assert [t.tags for t in env.table(TICKETS).all()[5:]] == [[], []]
+    assert [t["tags"] for t in records(env, TICKETS)[5:]] == [[], []]
 
 
 def test_tags_must_be_a_string(env: Environment) -> None:
@@ -118,7 +127,7 @@ def test_update_normalises_sent_tags_and_ignores_nulls(env: Environment) -> None
     assert kept["tags"] == ["escalated", "redirected"]
     cleared = update_item(env, "tickets", "2", {"tags": ""})["item"]
     assert cleared["tags"] == []
-    assert env.table(TICKETS).get("2").tags == []
+    assert record(env, TICKETS, "2")["tags"] == []
     assert env.table(VIOLATIONS).count() == 5
 
 
@@ -134,7 +143,7 @@ def test_organization_domain_names_split_but_keep_order_and_case(env: Environmen
     assert (created["id"], created["domain_names"]) == ("6", ["b.org", "A.com"])
     updated = update_item(env, "organizations", "3", {"domain_names": "vdb.com"})["item"]
     assert (updated["domain_names"], updated["updated_at"]) == (["vdb.com"], "2025-10-01T13:00:05Z")
-    assert env.table(ORGANIZATIONS).get("3").domain_names == ["vdb.com"]
+    assert record(env, ORGANIZATIONS, "3")["domain_names"] == ["vdb.com"]
 
 
 def _golden_non_open_create(tasks: list[Task]) -> tuple[Task, int]:
@@ -159,12 +168,12 @@ def test_golden_that_creates_a_solved_ticket_appends_a_violation(
         for step in steps[:index]:
             env.call_tool(step.tool, step.parameters)
         created = call(env, "zendesk_create_item", steps[index].parameters)["item"]
-        violations = env.table(VIOLATIONS).all()
+        violations = stored_rows(env, VIOLATIONS)
         assert len(violations) == before + 1
-        assert violations[-1].model_dump(mode="json") == {
+        assert violations[-1] == {
             "id": f"VIOLATION-{before + 1}",
             "ticket_id": created["id"],
             "created_status": "solved",
             "created_at": "2025-10-01T13:00:05Z",
         }
-        assert violations[-1].id == "VIOLATION-6"
+        assert violations[-1]["id"] == "VIOLATION-6"

@@ -7,7 +7,7 @@ from typing import Any
 from benchmark.envs import Environment
 from benchmark.envs.zendesk import odata
 from benchmark.envs.zendesk.variant import ODATA_COMPARATORS, RETAIL_COMPARATORS
-from tests.support.envs import call, create_item, error_of, update_item
+from tests.support.envs import call, create_item, error_of, record, stored, update_item
 
 TICKETS = "zendesk_tickets"
 USERS = "zendesk_users"
@@ -116,7 +116,8 @@ def test_get_items_errors(env: Environment) -> None:
 def test_other_variants_use_the_real_comparator_classes(env: Environment) -> None:
     rows = env.table(TICKETS).all()
     assert len(odata.apply_filter(rows, "status ne 'open'", RETAIL_COMPARATORS)) == len(rows)
-    assert [r.id for r in odata.apply_filter(rows, "status ne 'open'", ODATA_COMPARATORS)] == ["2", "3", "4"]
+    kept = odata.apply_filter(rows, "status ne 'open'", ODATA_COMPARATORS)
+    assert [r.model_dump()["id"] for r in kept] == ["2", "3", "4"]
 
 
 # -- create / update / delete ----------------------------------------------------------------------
@@ -139,7 +140,7 @@ def test_create_ticket_counts_ids_and_fills_defaults(env: Environment) -> None:
         "updated_at": "2025-10-01T13:00:05Z",
         "due_at": None,
     }
-    assert env.table(TICKETS).get("6").subject == "Broken"
+    assert record(env, TICKETS, "6")["subject"] == "Broken"
 
 
 def test_create_ticket_comment_gets_numeric_id_key_and_html(env: Environment) -> None:
@@ -172,19 +173,19 @@ def test_create_after_delete_can_collide_with_an_existing_id(env: Environment) -
     assert error_of(env, "zendesk_create_item", {"table": "tickets", "item": {"subject": "New"}}) == (
         "Tool execution failed: Object with ID 6 already exists"
     )
-    assert env.table(TICKETS).get("6").subject == "Patched"
+    assert record(env, TICKETS, "6")["subject"] == "Patched"
 
 
 def test_update_ticket_applies_sent_values_and_null_tags_clear(env: Environment) -> None:
     item = update_item(env, "tickets", "1", {"status": "solved", "priority": None, "tags": None})["item"]
     assert (item["status"], item["priority"], item["tags"]) == ("solved", "high", [])
     assert item["updated_at"] == "2025-10-01T13:00:10Z"
-    stored = env.table(TICKETS).get("1")
-    assert stored.status.value == "solved" and stored.tags == []
+    row = record(env, TICKETS, "1")
+    assert row["status"].value == "solved" and row["tags"] == []
 
 
 def test_update_with_invalid_nested_enum_only_touches_updated_at(env: Environment) -> None:
-    before = env.table(TICKETS).get("1").model_dump(mode="json")
+    before = stored(env, TICKETS, "1")
     item = update_item(env, "tickets", "1", {"status": "not_a_valid_status", "organization_id": None})["item"]
     assert item == {**before, "updated_at": "2025-10-01T13:00:10Z"}
 
