@@ -70,6 +70,8 @@ from benchmark.guarded import (
 from benchmark.tasks import BenchData, Task, resolve_data
 from guard.approvals.gate import ApprovalGate, policy_version
 from guard.approvals.sql import SqlApprovalStore
+from guard.classifier import Classifier
+from guard.effects import ToolInfo
 from guard.faults import FaultInjector, FaultPlan
 from guard.models import Verdict
 from guard.policy import EMPTY, PolicyPack
@@ -195,6 +197,9 @@ class Worker:
         self._init_state: dict[str, Any] = {}
         self.memo: AttemptMemo | None = AttemptMemo() if isinstance(self.agent, MemoAgent) else None
         """Attempts of a deterministic agent that are the same attempt, run once (benchmark.campaign.memo)."""
+        self._arm_packs: dict[tuple[str, str], tuple[PolicyPack, Classifier]] = {}
+        self._tool_infos: dict[str, dict[str, ToolInfo]] = {}
+        self._tool_specs: dict[str, tuple[ToolSpec, ...]] = {}
 
     def close(self) -> None:
         stack = getattr(self, "proxy_stack", None)  # --through-proxy: the worker's servers
@@ -316,7 +321,7 @@ class Worker:
         clock: VirtualClock,
         seed: int,
     ) -> tuple[Transcript, GuardFacts]:
-        pack = arm.pack(self.packs[task.domain])
+        pack, classifier = self._arm_pack(arm, task.domain)
         gate: ApprovalGate | None = None
         session_id = f"{task.id}#{view.case or ''}#{seed:x}#{arm.name}"
         if arm.has("approvals"):
@@ -335,11 +340,12 @@ class Worker:
         session = GuardSession(
             backend_for(env),
             execute,
-            tool_infos(env),
+            self._infos(env),
             pack,
             session_id=session_id,
             retry=retry,
             extra_checks=extra,
+            classifier=classifier,
             gate=gate,
         )
         tools = GuardedTools(session, self.config.reviewer, gate)
@@ -398,6 +404,23 @@ class Worker:
             facts.first_intervention = f"commit: refused ({commit_violations[0]['rule_id']})"
         return transcript, facts
 
+    def _arm_pack(self, arm: Arm, domain: str) -> tuple[PolicyPack, Classifier]:
+        """The domain's pack cut to ``arm`` and its error classifier, built once per worker (both are
+        pure functions of the pack and the arm; a session only reads them)."""
+        key = (arm.name, domain)
+        got = self._arm_packs.get(key)
+        if got is None:
+            pack = arm.pack(self.packs[domain])
+            got = self._arm_packs[key] = (pack, Classifier.for_policy(pack))
+        return got
+
+    def _infos(self, env: Environment) -> dict[str, ToolInfo]:
+        """The guard's view of the domain's tools (the same for every attempt of the domain)."""
+        infos = self._tool_infos.get(env.domain.name)
+        if infos is None:
+            infos = self._tool_infos[env.domain.name] = tool_infos(env)
+        return infos
+
     def _initial_state(self, task: Task, env: Environment) -> Any:
         """The task's stable state after init (cached per task: every attempt starts from it)."""
         state = self._init_state.get(task.id)
@@ -408,8 +431,11 @@ class Worker:
         return state
 
     def _view(self, task: Task, key: UnitKey, seed: int) -> AgentView:
-        domain = self.domains[task.domain]
-        tools = [ToolSpec(t.name, t.description, t.input_schema) for t in domain.tools.values()]
+        tools = self._tool_specs.get(task.domain)
+        if tools is None:
+            domain = self.domains[task.domain]
+            tools = tuple(ToolSpec(t.name, t.description, t.input_schema) for t in domain.tools.values())
+            self._tool_specs[task.domain] = tools
         return AgentView(
             uid=task.id,
             query=task.query,
