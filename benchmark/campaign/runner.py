@@ -59,7 +59,7 @@ from benchmark.campaign.results import (
 )
 from benchmark.campaign.surfaces import Clocked, DirectTools, GuardedTools, Reviewer
 from benchmark.envs import Database, Domain, Environment, load_domain
-from benchmark.envs.hashing import state_delta
+from benchmark.envs.hashing import StableState, stable_rows, state_delta, state_hash
 from benchmark.guarded import (
     GoldenStateCheck,
     backend_for,
@@ -284,6 +284,7 @@ class Worker:
         with Environment(domain, self.database) as env:
             env.apply_patch(task.data_patch)
             initial = self._initial_state(task, env)
+            env.state.written.clear()  # from here on: the attempt's writes (_final_state)
             clock = VirtualClock()
             timed = Clocked(executor_for(env))
             execute: Executor = timed
@@ -300,10 +301,11 @@ class Worker:
                 transcript = self.agent.run(view, DirectTools(execute))
             else:
                 transcript, facts = self._guarded(task, env, arm, execute, view, clock, seed)
-            judged = self._judge(task, env)
+            final = self._final_state(env, initial)
+            judged = self._judge(task, final)
             self._grade_rubrics(task, transcript, judged)
             if not judged.passed:
-                delta = state_delta(initial, env.stable_state(), domain.tables)
+                delta = state_delta(initial, final, domain.tables)
             if facts is not None and not getattr(self.agent, "untimed", False):
                 spent = time.perf_counter() - started
                 facts.added_ms = round(max(spent - timed.seconds, 0.0) * 1000, 3)
@@ -421,7 +423,18 @@ class Worker:
             infos = self._tool_infos[env.domain.name] = tool_infos(env)
         return infos
 
-    def _initial_state(self, task: Task, env: Environment) -> Any:
+    @staticmethod
+    def _final_state(env: Environment, initial: StableState) -> StableState:
+        """The attempt's stable end state: the tables it wrote to read back, the others as they
+        started (nothing else writes an environment's tables: every tool write goes through its
+        SqlState, and the guard only rolls such writes back). Equal to ``env.stable_state()``."""
+        written = env.state.written
+        return {
+            name: stable_rows(spec, env.state.rows(name)) if name in written else initial[name]
+            for name, spec in env.domain.tables.items()
+        }
+
+    def _initial_state(self, task: Task, env: Environment) -> StableState:
         """The task's stable state after init (cached per task: every attempt starts from it)."""
         state = self._init_state.get(task.id)
         if state is None:
@@ -458,11 +471,11 @@ class Worker:
         judged.rubrics = grade(task, transcript)
         judged.passed = bool(judged.rubrics["passed"])
 
-    def _judge(self, task: Task, env: Environment) -> _Judged:
+    def _judge(self, task: Task, final: StableState) -> _Judged:
         expected = task.answer.expected
         if expected is None:
             raise ValueError(f"{task.id}: the task has no expected hashes; it cannot be judged")
-        result = env.state_hash()
+        result = state_hash(final)
         return _Judged(result == expected.golden_db_hash, result, expected.golden_db_hash)
 
     # -- rows -------------------------------------------------------------------------------------
