@@ -59,7 +59,7 @@ from benchmark.campaign.results import (
 )
 from benchmark.campaign.surfaces import Clocked, DirectTools, GuardedTools, Reviewer
 from benchmark.envs import Database, Domain, Environment, load_domain
-from benchmark.envs.hashing import state_delta
+from benchmark.envs.hashing import StableState, stable_rows, state_delta, state_hash
 from benchmark.guarded import (
     GoldenStateCheck,
     backend_for,
@@ -70,6 +70,8 @@ from benchmark.guarded import (
 from benchmark.tasks import BenchData, Task, resolve_data
 from guard.approvals.gate import ApprovalGate, policy_version
 from guard.approvals.sql import SqlApprovalStore
+from guard.classifier import Classifier
+from guard.effects import ToolInfo
 from guard.faults import FaultInjector, FaultPlan
 from guard.models import Verdict
 from guard.policy import EMPTY, PolicyPack
@@ -195,6 +197,9 @@ class Worker:
         self._init_state: dict[str, Any] = {}
         self.memo: AttemptMemo | None = AttemptMemo() if isinstance(self.agent, MemoAgent) else None
         """Attempts of a deterministic agent that are the same attempt, run once (benchmark.campaign.memo)."""
+        self._arm_packs: dict[tuple[str, str], tuple[PolicyPack, Classifier]] = {}
+        self._tool_infos: dict[str, dict[str, ToolInfo]] = {}
+        self._tool_specs: dict[str, tuple[ToolSpec, ...]] = {}
 
     def close(self) -> None:
         stack = getattr(self, "proxy_stack", None)  # --through-proxy: the worker's servers
@@ -279,6 +284,7 @@ class Worker:
         with Environment(domain, self.database) as env:
             env.apply_patch(task.data_patch)
             initial = self._initial_state(task, env)
+            env.state.written.clear()  # from here on: the attempt's writes (_final_state)
             clock = VirtualClock()
             timed = Clocked(executor_for(env))
             execute: Executor = timed
@@ -295,10 +301,11 @@ class Worker:
                 transcript = self.agent.run(view, DirectTools(execute))
             else:
                 transcript, facts = self._guarded(task, env, arm, execute, view, clock, seed)
-            judged = self._judge(task, env)
+            final = self._final_state(env, initial)
+            judged = self._judge(task, final)
             self._grade_rubrics(task, transcript, judged)
             if not judged.passed:
-                delta = state_delta(initial, env.stable_state(), domain.tables)
+                delta = state_delta(initial, final, domain.tables)
             if facts is not None and not getattr(self.agent, "untimed", False):
                 spent = time.perf_counter() - started
                 facts.added_ms = round(max(spent - timed.seconds, 0.0) * 1000, 3)
@@ -316,7 +323,7 @@ class Worker:
         clock: VirtualClock,
         seed: int,
     ) -> tuple[Transcript, GuardFacts]:
-        pack = arm.pack(self.packs[task.domain])
+        pack, classifier = self._arm_pack(arm, task.domain)
         gate: ApprovalGate | None = None
         session_id = f"{task.id}#{view.case or ''}#{seed:x}#{arm.name}"
         if arm.has("approvals"):
@@ -335,11 +342,12 @@ class Worker:
         session = GuardSession(
             backend_for(env),
             execute,
-            tool_infos(env),
+            self._infos(env),
             pack,
             session_id=session_id,
             retry=retry,
             extra_checks=extra,
+            classifier=classifier,
             gate=gate,
         )
         tools = GuardedTools(session, self.config.reviewer, gate)
@@ -398,7 +406,35 @@ class Worker:
             facts.first_intervention = f"commit: refused ({commit_violations[0]['rule_id']})"
         return transcript, facts
 
-    def _initial_state(self, task: Task, env: Environment) -> Any:
+    def _arm_pack(self, arm: Arm, domain: str) -> tuple[PolicyPack, Classifier]:
+        """The domain's pack cut to ``arm`` and its error classifier, built once per worker (both are
+        pure functions of the pack and the arm; a session only reads them)."""
+        key = (arm.name, domain)
+        got = self._arm_packs.get(key)
+        if got is None:
+            pack = arm.pack(self.packs[domain])
+            got = self._arm_packs[key] = (pack, Classifier.for_policy(pack))
+        return got
+
+    def _infos(self, env: Environment) -> dict[str, ToolInfo]:
+        """The guard's view of the domain's tools (the same for every attempt of the domain)."""
+        infos = self._tool_infos.get(env.domain.name)
+        if infos is None:
+            infos = self._tool_infos[env.domain.name] = tool_infos(env)
+        return infos
+
+    @staticmethod
+    def _final_state(env: Environment, initial: StableState) -> StableState:
+        """The attempt's stable end state: the tables it wrote to read back, the others as they
+        started (nothing else writes an environment's tables: every tool write goes through its
+        SqlState, and the guard only rolls such writes back). Equal to ``env.stable_state()``."""
+        written = env.state.written
+        return {
+            name: stable_rows(spec, env.state.rows(name)) if name in written else initial[name]
+            for name, spec in env.domain.tables.items()
+        }
+
+    def _initial_state(self, task: Task, env: Environment) -> StableState:
         """The task's stable state after init (cached per task: every attempt starts from it)."""
         state = self._init_state.get(task.id)
         if state is None:
@@ -408,8 +444,11 @@ class Worker:
         return state
 
     def _view(self, task: Task, key: UnitKey, seed: int) -> AgentView:
-        domain = self.domains[task.domain]
-        tools = [ToolSpec(t.name, t.description, t.input_schema) for t in domain.tools.values()]
+        tools = self._tool_specs.get(task.domain)
+        if tools is None:
+            domain = self.domains[task.domain]
+            tools = tuple(ToolSpec(t.name, t.description, t.input_schema) for t in domain.tools.values())
+            self._tool_specs[task.domain] = tools
         return AgentView(
             uid=task.id,
             query=task.query,
@@ -432,11 +471,11 @@ class Worker:
         judged.rubrics = grade(task, transcript)
         judged.passed = bool(judged.rubrics["passed"])
 
-    def _judge(self, task: Task, env: Environment) -> _Judged:
+    def _judge(self, task: Task, final: StableState) -> _Judged:
         expected = task.answer.expected
         if expected is None:
             raise ValueError(f"{task.id}: the task has no expected hashes; it cannot be judged")
-        result = env.state_hash()
+        result = state_hash(final)
         return _Judged(result == expected.golden_db_hash, result, expected.golden_db_hash)
 
     # -- rows -------------------------------------------------------------------------------------

@@ -90,6 +90,9 @@ class SqlState:
         self.tables = tables
         self._next_seq: dict[str, int] = {}
         self._initial_keys: dict[str, dict[str, int]] = {}
+        self.written: set[str] = set()
+        """Tables a write went to through this state (a rolled-back write included), so a reader
+        of the whole state may keep what it read before of the others."""
         for name, rows in (initial or {}).items():
             self._next_seq[name] = len(rows)
             keys: dict[str, int] = {}
@@ -197,6 +200,7 @@ class SqlState:
         return seq
 
     def append_many(self, table: str, rows: Iterable[Mapping[str, Any]]) -> None:
+        self.written.add(table)
         self._initial_keys.pop(table, None)
         spec = self.specs[table]
         values = [{**row, SEQ: self._seq_after_last(table), KEY: spec.key(row)} for row in rows]
@@ -208,6 +212,7 @@ class SqlState:
 
     def replace(self, table: str, key: str, row: Mapping[str, Any]) -> bool:
         """Replace the first row with this key, in place. False when no row has the key."""
+        self.written.add(table)
         self._initial_keys.pop(table, None)
         t = self.tables[table]
         first = self.connection.execute(
@@ -227,6 +232,7 @@ class SqlState:
         """Upsert rows in order: each replaces the first row with its key in place, else is appended."""
         if not rows:
             return
+        self.written.add(table)
         t = self.tables[table]
         spec = self.specs[table]
         first_seq: dict[str, int] = dict(self._initial_keys.pop(table, {}))
@@ -254,6 +260,7 @@ class SqlState:
 
     def delete(self, table: str, key: str) -> bool:
         """Delete the first row with this key. False when no row has the key."""
+        self.written.add(table)
         self._initial_keys.pop(table, None)
         t = self.tables[table]
         first = self.connection.execute(
