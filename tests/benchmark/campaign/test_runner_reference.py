@@ -5,6 +5,8 @@ state read back, no attempt memo). Real environments, packs and guard sessions."
 
 from __future__ import annotations
 
+import pytest
+
 from benchmark.campaign.arms import Arm
 from benchmark.campaign.runner import CampaignConfig, Worker, run_units
 from benchmark.envs import Environment
@@ -13,6 +15,9 @@ from benchmark.guarded import tool_infos
 from guard.classifier import Classifier
 from guard.effects import ToolInfo
 from guard.policy import PolicyPack
+
+# 120 attempts twice (about a minute on an idle machine): with the image, Ray and replica tests.
+pytestmark = pytest.mark.slow
 
 ARM_NAMES = ("off", "base", "validation", "retries", "checks", "approvals", "surface", "guard")
 
