@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client
+from mcp import Client, types
 
 from guard.effects import ToolInfo, classify, detected_sql_argument
 from guard.models import EffectClass
@@ -165,7 +165,9 @@ async def test_stdio_upstreams_get_passed_and_literal_variables(
 
         async def value(name: str) -> Any:
             result = await client.call_tool("getenv", {"name": name})
-            return json.loads(text(result))
+            first = result.content[0]  # the tool's own answer; the guard may add a part after it
+            assert isinstance(first, types.TextContent)
+            return json.loads(first.text)
 
         assert await value("SG_TEST_API_KEY") == "from-the-proxy"
         assert await value("SG_TEST_LITERAL") == "literal"
