@@ -21,6 +21,7 @@ from benchmark.chaos_kills import (
     run_kills,
 )
 from benchmark.chaos_suite import run_suite
+from tests.support.services import require_redis_server
 
 
 def _database(tmp_path: Path, notes: list[str]) -> Path:
@@ -96,6 +97,7 @@ def test_the_quick_suite_counts_nothing_over_every_trial_kind(tmp_path: Path) ->
     """``shadowguard bench chaos --quick``: kill -9 of the proxy (real SIGKILL, restart), kill -9 of the
     upstream, the approval store (its own Redis) going away, concurrent sessions, hostile input. The
     counters, not the timings, are asserted."""
+    require_redis_server()
     result = run_suite(quick=True, out=tmp_path)
     assert result.line() == (
         "chaos: partial-commits 0 lost-commits 0 leaks 0 double-writes 0 5xx 0 hangs 0 (6 trials)"

@@ -31,6 +31,7 @@ from tests.support.proxy import (
     retail_http_upstream,
     write_config,
 )
+from tests.support.services import require_postgres
 
 pytestmark = pytest.mark.anyio
 LEASE_S = 2.0
@@ -104,8 +105,7 @@ async def test_a_quiet_agents_transaction_outlives_the_lease(tmp_path: Path, not
 
 async def test_the_postgresql_env_server_frees_a_killed_proxys_session(tmp_path: Path, bench: Any) -> None:
     """The env server closes the lapsed session's environment, so its pooled schema goes back."""
-    if PG_URL == "off":
-        pytest.skip("PostgreSQL tests disabled with SHADOWGUARD_TEST_PG=off")
+    require_postgres()
     env = Process(
         [
             *RETAIL_SERVE,

@@ -10,6 +10,7 @@ green by skipping. ``SHADOWGUARD_TEST_PG=off`` / ``SHADOWGUARD_TEST_REDIS=off`` 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import NoReturn
 
@@ -64,6 +65,13 @@ def require_redis() -> None:
         missing(f"Redis at {REDIS_URL} is not reachable: {exc}")
     finally:
         client.close()
+
+
+def require_redis_server() -> None:
+    """Returns when the ``redis-server`` program is installed (trials that start a Redis of their
+    own); otherwise skips (or fails)."""
+    if shutil.which("redis-server") is None:
+        missing("redis-server is not installed: the approval-store trial starts a Redis of its own")
 
 
 def require_chromium() -> None:
