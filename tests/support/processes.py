@@ -21,7 +21,6 @@ from starlette.types import ASGIApp
 from benchmark.fixtures import NOTES_SERVER as NOTES_SERVER
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = ROOT / "tests" / "fixtures"
 SHADOWGUARD = str(Path(sys.executable).parent / "shadowguard")
 MARKER_ENV = "SG_TEST_MARKER"
 STARTUP_TIMEOUT_S = 90.0
