@@ -6,6 +6,7 @@ only place where ``proxy`` reaches into ``benchmark``: composing the command lin
 
 from __future__ import annotations
 
+import sys
 from enum import StrEnum
 from pathlib import Path
 from types import ModuleType
@@ -485,6 +486,19 @@ def approvals_token(
     typer.echo(snippet)
 
 
+_BENCHMARK_GROUPS = frozenset({"bench", "env"})
+
+
+def _needs_benchmark(argv: list[str]) -> bool:
+    """Whether a command line reaches the benchmark's command groups: its command is ``bench`` or
+    ``env``, or it names no command (the root help lists every group). ``serve`` and the other proxy
+    commands start without importing the benchmark (and its model clients), which halves their
+    start-up time."""
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    return command is None or command in _BENCHMARK_GROUPS
+
+
 def main() -> None:
-    _mount_benchmark()
+    if _needs_benchmark(sys.argv[1:]):
+        _mount_benchmark()
     app()
