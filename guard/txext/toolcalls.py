@@ -153,6 +153,7 @@ def _tool_call_failed(remote: RemoteBackend, exc: MCPError) -> Exception:
     """What a ``tools/call`` that raised ``exc`` raises: a failed operation's TransactionError,
     else ``exc`` itself."""
     remote._reported.clear()
+    remote._clean = False  # what the call did is unknown
     op = exc.data.get(OP_ERROR_KEY) if isinstance(exc.data, Mapping) else None
     if op is None:
         remote._in_flight = []
