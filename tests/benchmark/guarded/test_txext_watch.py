@@ -93,7 +93,8 @@ def server_of(features: Collection[str]) -> tuple[Server[Any], sa.Connection]:
             if params.name == "add_item":
                 connection.execute(items.insert().values(id=args["id"], name=args["name"]))
             elif params.name == "view_item":
-                connection.execute(items.update().where(items.c.id == args["id"]).values(views=items.c.views + 1))
+                viewed = items.update().where(items.c.id == args["id"]).values(views=items.c.views + 1)
+                connection.execute(viewed)
             row = connection.execute(sa.select(items.c.name).where(items.c.id == args["id"])).scalar()
             return str(row)
 
