@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Protocol, TypeVar
 
 import anyio
 from mcp.server import Server, ServerRequestContext
-from mcp.server.context import CallNext, HandlerResult
+from mcp.server.context import CallNext, HandlerResult, ServerMiddleware
 
 from guard.backend import Backend
 from guard.txext.protocol import METHODS, TX_META_KEY
@@ -33,9 +33,7 @@ class BackendAccess(Protocol):
     def __call__(self, key: str, work: Callable[[Backend], T], /) -> Awaitable[T]: ...
 
 
-def renew_after(
-    registry: Registry, session_key: Callable[[Ctx], str]
-) -> Callable[..., Awaitable[HandlerResult]]:
+def renew_after(registry: Registry, session_key: Callable[[Ctx], str]) -> ServerMiddleware[Any]:
     """Server middleware: a request naming a transaction renews its lease when it is answered (it
     was renewed on arrival too), so a call longer than the lease does not lapse it."""
 
@@ -75,7 +73,7 @@ async def reap(
     return lapsed
 
 
-def run_in_lifespan(server: Server[Any], reaper: Callable[[], Awaitable[None]]) -> None:
+def run_in_lifespan(server: Server[Any], reaper: Callable[[], Coroutine[Any, Any, None]]) -> None:
     """Run ``reaper`` in the server's lifespan (cancelled when the server stops)."""
     inner = server.lifespan
 

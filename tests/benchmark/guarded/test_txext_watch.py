@@ -269,7 +269,7 @@ async def test_run_inline_over_a_participant_undoes_a_read_that_wrote(features: 
 
         async def send(tool: str, arguments: Any) -> ToolResult:
             async def call(meta: dict[str, Any]) -> types.CallToolResult:
-                return await client.session.call_tool(tool, dict(arguments), meta=meta)
+                return await _call_with_meta(client, tool, dict(arguments), meta)
 
             result = await remote.send_tool_call_async(call)
             text = "\n".join(p.text for p in result.content if isinstance(p, types.TextContent))
