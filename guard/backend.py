@@ -66,3 +66,17 @@ class Piggybacking(Protocol):
     def reported(self, savepoint: str) -> bool:
         """:meth:`Backend.changes` since ``savepoint`` is answered without a request."""
         ...
+
+
+@runtime_checkable
+class Watchable(Protocol):
+    """A backend that can tell what changed since a point without a savepoint (docs/adr/013): a
+    participant serves the ``watch`` operation with it. Nothing can be undone to such a point."""
+
+    def position(self) -> int:
+        """Where the change log stands now (in the open transaction)."""
+        ...
+
+    def changes_after(self, position: int) -> ChangeSet:
+        """Row changes logged after ``position`` that are still in effect, in order."""
+        ...

@@ -11,17 +11,21 @@ release, and those ride on the call itself (a journal, or a participant that pig
 
 :func:`inline_ok` says which calls qualify: read-classified, no ``before_call`` or ``after_call``
 check applies to the tool, no approval rule matches it, no approval named, and a backend whose
-savepoints cost no round trip. Anything on the way that does talk to the backend (undoing a failed
-attempt or a read that wrote, a change set the upstream did not report, restarting the transaction,
-a retry's wait) is handed to ``offload``, which runs it off the event loop (a worker thread, as the
-whole call would otherwise). The outcome is the one :meth:`GuardSession.run` gives.
+savepoints cost no round trip. On a participant that serves ``watch`` (docs/adr/013), the read's
+savepoint is a watch: no savepoint of its own on the upstream. Anything on the way that does talk
+to the backend (undoing a failed attempt or a read that wrote, a change set the upstream did not
+report, restarting the transaction, a retry's wait) is handed to ``offload``, which runs it off the
+event loop (a worker thread, as the whole call would otherwise). The outcome is the one
+:meth:`GuardSession.run` gives.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any, Protocol, TypeVar
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from guard.backend import Backend, BackendError, Piggybacking
 from guard.effects import classify
@@ -54,6 +58,17 @@ class Offload(Protocol):
 
 
 INLINE_PHASES = ("before_call", "after_call")
+
+
+@runtime_checkable
+class WatchesReads(Protocol):
+    """A backend whose savepoint for a read-classified call may be a *watch* (docs/adr/013: no
+    savepoint of its own; a change the read made is still reported, and undone exactly or refused):
+    :class:`guard.txext.RemoteBackend`."""
+
+    def reading(self) -> AbstractContextManager[None]:
+        """The next savepoint opened inside is for a read-classified call."""
+        ...
 
 
 def ops_ride_on_calls(backend: Backend) -> bool:
@@ -125,7 +140,9 @@ async def _forward(
 ) -> Attempt[Forwarded]:
     """:meth:`GuardSession.forward` with the upstream awaited."""
     call, backend = state.call, session.backend
-    savepoint = session.open_attempt()
+    reading = backend.reading() if isinstance(backend, WatchesReads) else contextlib.nullcontext()
+    with reading:  # inline calls are read-classified (inline_ok)
+        savepoint = session.open_attempt()
     result: ToolResult | None = None
     failure: ToolFailure | None
     try:

@@ -262,6 +262,18 @@ class SqlBackend:
             if since not in self._savepoints:
                 raise BackendError(f"unknown or closed savepoint {since!r}")
             mark = self._savepoints[since][1]
+        return self.changes_after(mark)
+
+    # -- watched reads (guard.backend.Watchable, docs/adr/013) ---------------------------------
+    def position(self) -> int:
+        """The capture log's position now: what :meth:`changes_after` counts from."""
+        self._require()
+        return self._mark()
+
+    def changes_after(self, position: int) -> ChangeSet:
+        """The row changes logged after ``position`` (from :meth:`position`) and still in effect."""
+        self._require()
+        mark = position
         rows = self.connection.execute(
             sa.text(f"SELECT tbl, op, before, after FROM {self._log} WHERE id > :mark ORDER BY id"),  # noqa: S608
             {"mark": mark},

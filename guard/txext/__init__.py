@@ -14,9 +14,12 @@ One concept per module:
   (:func:`advertises`);
 - :mod:`guard.txext.participant` — what a transactional upstream runs (:class:`TransactionParticipant`,
   :class:`BackendAccess`, :func:`serialized`), with its open transactions and leases in
-  :mod:`guard.txext.registry` and its side of piggybacked operations in :mod:`guard.txext.carried`;
+  :mod:`guard.txext.registry`, its lease reaper in :mod:`guard.txext.leases`, its named points
+  (savepoints and watches) in :mod:`guard.txext.points` and its side of piggybacked operations in
+  :mod:`guard.txext.carried`;
 - :mod:`guard.txext.client` — the guard's side (:class:`RemoteBackend`, :class:`TransactionError`),
-  including the piggyback sequence of a tools/call (:meth:`RemoteBackend.send_tool_call`).
+  with its errors and the piggyback sequence of a tools/call in :mod:`guard.txext.toolcalls`
+  (:meth:`RemoteBackend.send_tool_call`).
 
 The names below are the public API; the modules' other names may change without notice.
 """
@@ -28,7 +31,8 @@ from guard.txext.client import (
     SendToolCallAsync,
     TransactionError,
 )
-from guard.txext.participant import BackendAccess, TransactionParticipant, serialized
+from guard.txext.leases import BackendAccess
+from guard.txext.participant import TransactionParticipant, serialized
 from guard.txext.protocol import (
     BEGIN,
     CHANGES,
@@ -41,6 +45,7 @@ from guard.txext.protocol import (
     OP_ERROR_KEY,
     OP_RELEASE,
     OP_SAVEPOINT,
+    OP_WATCH,
     OPS_META_KEY,
     PIGGYBACK,
     QUERY,
@@ -55,6 +60,7 @@ from guard.txext.protocol import (
     TX_STATE,
     TX_UNKNOWN,
     VERSION,
+    WATCH,
     TxBeginResult,
     TxChangesResult,
     TxParams,
@@ -79,6 +85,7 @@ __all__ = [
     "OP_ERROR_KEY",
     "OP_RELEASE",
     "OP_SAVEPOINT",
+    "OP_WATCH",
     "PIGGYBACK",
     "QUERY",
     "QUERY_REFUSED",
@@ -92,6 +99,7 @@ __all__ = [
     "TX_STATE",
     "TX_UNKNOWN",
     "VERSION",
+    "WATCH",
     "BackendAccess",
     "NotReversibleTransactionError",
     "RemoteBackend",

@@ -1,4 +1,4 @@
-"""The participant's side of piggybacked operations: savepoint and release riding on a request's
+"""The participant's side of piggybacked operations: savepoint, watch and release riding on a request's
 ``_meta["shadowguard/tx/ops"]``, applied once before the request's own work, and the change sets a
 ``tools/call`` reports for the savepoints they opened (docs/transaction-extension.md)."""
 
@@ -14,13 +14,15 @@ import mcp.types as types
 from mcp import MCPError
 
 from guard.backend import Backend
-from guard.models import ChangeSet
+from guard.txext import points
 from guard.txext.protocol import (
     CHANGES,
     MAX_OPS,
     OP_ERROR_KEY,
     OP_METHODS,
+    OP_RELEASE,
     OP_SAVEPOINT,
+    OP_WATCH,
     OPS_META_KEY,
     TX_STATE,
     check_id,
@@ -48,17 +50,19 @@ CARRIED: contextvars.ContextVar[CarriedOps | None] = contextvars.ContextVar(
 inherit it: AnyIO runs them in a copy of the caller's context)."""
 
 
-def parse_ops(value: Any) -> list[tuple[str, str]]:
-    """The ``(op, savepoint)`` pairs of ``_meta["shadowguard/tx/ops"]``; INVALID_PARAMS if malformed."""
+def parse_ops(value: Any, *, watch: bool = False) -> list[tuple[str, str]]:
+    """The ``(op, savepoint)`` pairs of ``_meta["shadowguard/tx/ops"]``; INVALID_PARAMS if malformed
+    (``watch``: the participant serves the ``watch`` operation)."""
     what = f"_meta[{OPS_META_KEY!r}]"
     if not isinstance(value, list) or len(value) > MAX_OPS:
         raise error(types.INVALID_PARAMS, f"{what} must be a list of at most {MAX_OPS} operations")
+    allowed = set(OP_METHODS) if watch else set(OP_METHODS) - {OP_WATCH}
     ops = []
     for item in value:
-        if not isinstance(item, Mapping) or set(item) != {"op", "savepoint"} or item["op"] not in OP_METHODS:
+        if not isinstance(item, Mapping) or set(item) != {"op", "savepoint"} or item["op"] not in allowed:
+            names = "|".join(f'"{op}"' for op in OP_METHODS if op in allowed)
             raise error(
-                types.INVALID_PARAMS,
-                f'{what}: each operation is {{"op": "savepoint"|"release", "savepoint": name}}',
+                types.INVALID_PARAMS, f'{what}: each operation is {{"op": {names}, "savepoint": name}}'
             )
         ops.append((str(item["op"]), check_id(item["savepoint"], f"{what}: savepoint")))
     return ops
@@ -72,14 +76,16 @@ def run_ops(registry: Registry, carried: CarriedOps, backend: Backend) -> None:
         method = OP_METHODS[op]
         try:
             entry = registry.current(carried.key, carried.tx, backend)
+            if op == OP_RELEASE:
+                mapped(method, functools.partial(points.release, entry, name), backend)
+                continue
+            if entry.is_open(name):
+                raise error(TX_STATE, f"{method}: savepoint {name!r} is already open")
             if op == OP_SAVEPOINT:
-                if name in entry.aliases:
-                    raise error(TX_STATE, f"{method}: savepoint {name!r} is already open")
-                entry.aliases[name] = mapped(method, lambda b: b.savepoint(), backend)
-                carried.opened.append(name)
+                entry.opened(name, savepoint=mapped(method, lambda b: b.savepoint(), backend))
             else:
-                mapped(method, functools.partial(_release, savepoint=entry.resolve(name)), backend)
-                entry.closed(name)
+                mapped(method, functools.partial(points.watch, entry, name), backend)
+            carried.opened.append(name)
         except MCPError as exc:
             data = {OP_ERROR_KEY: {"index": index, "method": method}}
             carried.failure = MCPError(code=exc.code, message=exc.message, data=data)
@@ -88,25 +94,16 @@ def run_ops(registry: Registry, carried: CarriedOps, backend: Backend) -> None:
 
 def report(registry: Registry, carried: CarriedOps, backend: Backend) -> dict[str, Any]:
     """What a tools/call answers in ``_meta["shadowguard/tx"]``: the changes since each savepoint
-    its operations opened (or the error that reading them met, for the client to raise)."""
+    or watch its operations opened (or the error that reading them met, for the client to raise)."""
     out: dict[str, Any] = {}
     for name in carried.opened:
         try:
             entry = registry.current(carried.key, carried.tx, backend)
-            real = entry.aliases.get(name)
-            if real is None:
+            if not entry.is_open(name):
                 raise error(TX_STATE, f"{CHANGES}: unknown or closed savepoint {name!r}")
-            changes = mapped(CHANGES, functools.partial(_changes_since, since=real), backend)
+            changes = mapped(CHANGES, functools.partial(points.changes_since, entry, name), backend)
         except MCPError as exc:
             out[name] = {"error": {"code": exc.code, "message": exc.message}}
         else:
             out[name] = {"changes": changes.model_dump(mode="json")["changes"]}
     return {"savepoints": out}
-
-
-def _release(backend: Backend, *, savepoint: str) -> None:
-    backend.release(savepoint)
-
-
-def _changes_since(backend: Backend, *, since: str) -> ChangeSet:
-    return backend.changes(since)

@@ -15,10 +15,11 @@ Errors: every error answer of the participant is a :class:`TransactionError` (a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
 
 import anyio.from_thread
@@ -26,18 +27,18 @@ import mcp.types as types
 from anyio.from_thread import BlockingPortal
 from mcp import ClientSession, MCPError
 
-from guard.backend import BackendError, NotReversibleError
+from guard.backend import BackendError
 from guard.models import ChangeSet
-from guard.session import Executor, ToolResult
+from guard.session import Executor
+from guard.txext import toolcalls
 from guard.txext.protocol import (
     BEGIN,
     CHANGES,
     COMMIT,
     EXTENSION,
-    NOT_REVERSIBLE,
-    OP_ERROR_KEY,
     OP_RELEASE,
     OP_SAVEPOINT,
+    OP_WATCH,
     OPS_META_KEY,
     PIGGYBACK,
     QUERY,
@@ -49,6 +50,7 @@ from guard.txext.protocol import (
     TX_FAILED,
     TX_META_KEY,
     TX_UNKNOWN,
+    WATCH,
     TxBeginResult,
     TxChangesResult,
     TxParams,
@@ -56,38 +58,26 @@ from guard.txext.protocol import (
     TxRequest,
     TxSavepointResult,
 )
+from guard.txext.toolcalls import (
+    NotReversibleTransactionError,
+    Reported,
+    SendToolCall,
+    SendToolCallAsync,
+    TransactionError,
+    executor_for,
+    tx_error,
+)
+
+__all__ = [
+    "NotReversibleTransactionError",
+    "RemoteBackend",
+    "SendToolCall",
+    "SendToolCallAsync",
+    "TransactionError",
+]
 
 T = TypeVar("T")
 R = TypeVar("R", bound=types.Result)
-
-SendToolCall = Callable[[dict[str, Any]], types.CallToolResult]
-SendToolCallAsync = Callable[[dict[str, Any]], Awaitable[types.CallToolResult]]
-"""Sends one ``tools/call`` with the ``_meta`` it is given and returns the answer (synchronously);
-raises ``MCPError`` for a JSON-RPC error answer."""
-
-
-class TransactionError(BackendError):
-    """A participant answered a tx request with an error; ``code`` is the JSON-RPC code."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class NotReversibleTransactionError(TransactionError, NotReversibleError):
-    """The participant answered ``NOT_REVERSIBLE``: nothing was undone (a :class:`NotReversibleError`)."""
-
-
-def _text(result: types.CallToolResult) -> str:
-    return "\n".join(part.text for part in result.content if isinstance(part, types.TextContent))
-
-
-class _Reported:
-    """A savepoint's change set as a tools/call answered it, or the error met reading it."""
-
-    def __init__(self, changes: ChangeSet | None, error: TransactionError | None) -> None:
-        self.changes = changes
-        self.error = error
 
 
 class RemoteBackend:
@@ -105,6 +95,14 @@ class RemoteBackend:
     raises its :class:`TransactionError` from the request it rode on, and again from any later use
     of a savepoint it kept from opening. :meth:`commit` sends the queue first; :meth:`rollback`
     drops it (nothing queued can change what a rollback does).
+
+    With a participant that also serves ``watch`` (docs/adr/013), a savepoint opened inside
+    :meth:`reading` (a read-classified call) is a *watch*: no savepoint of its own, only the change
+    log's position, reported like a savepoint's change set. What a watched call changed is undone by
+    rolling back to the *anchor*, a real savepoint opened before the first watch of a run of reads
+    and kept while every call since it carried a watch that changed nothing; so undoing it undoes
+    exactly that call. Without an anchor to use, the participant refuses (NOT_REVERSIBLE: nothing
+    undone) rather than undo more or less than the call did.
     """
 
     transactional = True
@@ -133,8 +131,18 @@ class RemoteBackend:
         self._in_flight: list[dict[str, str]] = []
         self._open: list[str] = []
         """Piggybacked savepoints not yet released or rolled back to, oldest first."""
-        self._reported: dict[str, _Reported] = {}
+        self._reported: dict[str, Reported] = {}
         self._failed: dict[str, TransactionError] = {}
+        self.watching = False
+        """True between begin and the transaction's end when reads are watched (docs/adr/013)."""
+        self._read_next = False
+        self._anchor: str | None = None
+        """The open savepoint watched reads are undone to; ``_clean``: nothing changed since it."""
+        self._clean = False
+        self._watches: dict[str, str] = {}
+        """Open watch -> the anchor open when it was opened."""
+        self._last_watch: str | None = None
+        """The watch the last tools/call carried (None: it carried none)."""
         self.lease_s: float | None = None
         """The open transaction's lease, as the participant's ``begin`` answered (None: none)."""
         self.last_sent = time.monotonic()
@@ -172,35 +180,18 @@ class RemoteBackend:
         try:
             result = self._sync(send)
         except MCPError as exc:
-            raise self._failure(exc, method) from exc
+            raise toolcalls.failure(self, exc, method) from exc
         self._in_flight = []
         return result
-
-    def _failure(self, exc: MCPError, method: str) -> BackendError:
-        """The error to raise for a failed request: a failed piggybacked operation's own error (and
-        the savepoints it kept from opening remember it), else the request's."""
-        op = exc.data.get(OP_ERROR_KEY) if isinstance(exc.data, Mapping) else None
-        ops, self._in_flight = self._in_flight, []
-        if isinstance(op, Mapping) and isinstance(op.get("index"), int) and 0 <= op["index"] < len(ops):
-            error = self._error(str(op.get("method")), exc)
-            for item in ops[op["index"] :]:
-                if item["op"] == OP_SAVEPOINT:
-                    self._failed[item["savepoint"]] = error
-                    self._forget_from(item["savepoint"])
-            return error
-        return self._error(method, exc)
-
-    @staticmethod
-    def _error(method: str, exc: MCPError) -> TransactionError:
-        if exc.code == NOT_REVERSIBLE:
-            return NotReversibleTransactionError(exc.message, exc.code)
-        return TransactionError(f"{method} failed ({exc.code}): {exc.message}", exc.code)
 
     def _forget_from(self, savepoint: str) -> None:
         """``savepoint`` and the piggybacked ones opened after it are closed (or never opened)."""
         if savepoint in self._open:
             for name in self._open[self._open.index(savepoint) :]:
                 self._reported.pop(name, None)
+                self._watches.pop(name, None)
+                if name == self._anchor:
+                    self._anchor = None
             del self._open[self._open.index(savepoint) :]
 
     def _check_usable(self, savepoint: str) -> None:
@@ -209,7 +200,9 @@ class RemoteBackend:
             raise error
 
     def _reset(self) -> None:
-        self.piggybacking = False
+        self.piggybacking = self.watching = False
+        self._anchor, self._last_watch = None, None
+        self._watches.clear()
         self._queue, self._in_flight, self._open = [], [], []
         self._reported.clear()
         self._failed.clear()
@@ -231,6 +224,7 @@ class RemoteBackend:
             raise
         self.tx = tx
         self.piggybacking = self.piggyback and PIGGYBACK in answer.features
+        self.watching = self.piggybacking and WATCH in answer.features
         self.lease_s = answer.lease_s
 
     def savepoint(self) -> str:
@@ -238,14 +232,53 @@ class RemoteBackend:
             return self._request(SAVEPOINT, TxSavepointResult).savepoint
         if self.tx is None:
             raise BackendError("no transaction: call begin() first")
+        read, self._read_next = self._read_next, False
+        if read and self.watching:
+            if self._anchor is not None and not self._clean:
+                self._drop_anchor()
+            if self._anchor is None:
+                self._anchor, self._clean = self._queue_point(OP_SAVEPOINT), True
+            name = self._queue_point(OP_WATCH)
+            self._watches[name] = self._anchor
+            return name
+        self._drop_anchor()
+        return self._queue_point(OP_SAVEPOINT)
+
+    def _queue_point(self, op: str) -> str:
         self._names += 1
         name = f"p{self._names}"
-        self._queue.append({"op": OP_SAVEPOINT, "savepoint": name})
+        self._queue.append({"op": op, "savepoint": name})
         self._open.append(name)
         return name
 
+    def _drop_anchor(self) -> None:
+        """Release the anchor unless something opened after it is still open (then it stays,
+        no longer clean, and is released at the next chance)."""
+        anchor, self._clean = self._anchor, False
+        if anchor is not None and self._open and self._open[-1] == anchor:
+            self._queue.append({"op": OP_RELEASE, "savepoint": anchor})
+            self._forget_from(anchor)
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """The next :meth:`savepoint` opened inside is for a read-classified call: a watch when the
+        participant serves ``watch`` (docs/adr/013), else an ordinary savepoint."""
+        self._read_next = True
+        try:
+            yield
+        finally:
+            self._read_next = False
+
     def rollback_to(self, savepoint: str) -> None:
         self._check_usable(savepoint)
+        if savepoint in self._watches:
+            reported = self._reported.get(savepoint)
+            if reported is not None and reported.changes is not None and not reported.changes:
+                self.release(savepoint)  # it changed nothing: there is nothing to undo
+                return
+            anchor = self._watches[savepoint]
+            if savepoint == self._last_watch and anchor == self._anchor and anchor in self._open:
+                savepoint = anchor  # only this call ran since the anchor: undo exactly it
         self._reported.clear()  # what was reported since older savepoints is partly undone now
         self._request(ROLLBACK_TO, types.EmptyResult, savepoint=savepoint)
         self._forget_from(savepoint)
@@ -276,6 +309,7 @@ class RemoteBackend:
         return self._request(QUERY, TxQueryResult, sql=sql, params=dict(params or {})).rows
 
     def commit(self) -> None:
+        self._drop_anchor()
         self._end(COMMIT)
 
     def rollback(self) -> None:
@@ -314,7 +348,7 @@ class RemoteBackend:
                 TxRequest(method=RENEW, params=params), types.EmptyResult, self.timeout
             )
         except MCPError as exc:
-            raise self._error(RENEW, exc) from exc
+            raise tx_error(RENEW, exc) from exc
 
     # -- tool calls inside the transaction
     def send_tool_call(
@@ -331,78 +365,18 @@ class RemoteBackend:
         BackendError without an open transaction. :meth:`send_tool_call_async` is the same on an
         event loop.
         """
-        wire = self._tool_call_meta(meta)
-        try:
-            result = send(wire)
-        except MCPError as exc:
-            failed = self._tool_call_failed(exc)
-            if failed is exc:
-                raise
-            raise failed from exc
-        return self._tool_call_answered(result)
+        return toolcalls.send_tool_call(self, send, meta)
 
     async def send_tool_call_async(
         self, send: SendToolCallAsync, meta: Mapping[str, Any] | None = None
     ) -> types.CallToolResult:
         """:meth:`send_tool_call` with ``send`` awaited (the proxy's calls on the event loop)."""
-        wire = self._tool_call_meta(meta)
-        try:
-            result = await send(wire)
-        except MCPError as exc:
-            failed = self._tool_call_failed(exc)
-            if failed is exc:
-                raise
-            raise failed from exc
-        return self._tool_call_answered(result)
-
-    def _tool_call_meta(self, meta: Mapping[str, Any] | None) -> dict[str, Any]:
-        if self.tx is None:
-            raise BackendError("no transaction: call begin() first")
-        self.last_sent = time.monotonic()
-        wire = {**(meta or {}), **self._meta(self.tx)}
-        ops = self._take_queue()
-        if ops:
-            wire[OPS_META_KEY] = ops
-        return wire
-
-    def _tool_call_failed(self, exc: MCPError) -> Exception:
-        """What a ``tools/call`` that raised ``exc`` raises: a failed operation's TransactionError,
-        else ``exc`` itself."""
-        self._reported.clear()
-        op = exc.data.get(OP_ERROR_KEY) if isinstance(exc.data, Mapping) else None
-        if op is None:
-            self._in_flight = []
-            return exc
-        return self._failure(exc, "tools/call")
-
-    def _tool_call_answered(self, result: types.CallToolResult) -> types.CallToolResult:
-        self._in_flight = []
-        self._keep_reported(result)
-        return result
+        return await toolcalls.send_tool_call_async(self, send, meta)
 
     def reported(self, savepoint: str) -> bool:
         """:meth:`changes` since ``savepoint`` needs no request (the last tools/call reported it, or
         its own error is raised): guard.backend.Piggybacking."""
         return savepoint in self._failed or (savepoint in self._open and savepoint in self._reported)
-
-    def _keep_reported(self, result: types.CallToolResult) -> None:
-        """Keep the change sets (or errors) ``result`` reports for the savepoints still open."""
-        self._reported.clear()
-        report = (result.meta or {}).get(TX_META_KEY)
-        savepoints = report.get("savepoints") if isinstance(report, Mapping) else None
-        if not isinstance(savepoints, Mapping):
-            return
-        for name, entry in savepoints.items():
-            if name not in self._open or not isinstance(entry, Mapping):
-                continue
-            if isinstance(entry.get("error"), Mapping):
-                error = entry["error"]
-                code = error.get("code") if isinstance(error.get("code"), int) else TX_FAILED
-                failure = MCPError(code=code, message=str(error.get("message")))
-                self._reported[name] = _Reported(None, self._error(CHANGES, failure))
-            elif isinstance(entry.get("changes"), list):
-                changes = ChangeSet.model_validate({"changes": entry["changes"]})
-                self._reported[name] = _Reported(changes, None)
 
     def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> types.CallToolResult:
         """One ``tools/call`` on :attr:`session`, in the open transaction (:meth:`send_tool_call`)."""
@@ -417,11 +391,4 @@ class RemoteBackend:
 
     def executor(self, *, is_error: Callable[[str], bool] | None = None) -> Executor:
         """An executor for GuardSession; ``is_error`` recognises tools that report errors in-band."""
-
-        def execute(tool: str, arguments: Mapping[str, Any]) -> ToolResult:
-            result = self.call_tool(tool, arguments)
-            text = _text(result)
-            failed = bool(result.is_error) or (is_error is not None and is_error(text))
-            return ToolResult(text=text, is_error=failed)
-
-        return execute
+        return executor_for(self.call_tool, is_error)

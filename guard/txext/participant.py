@@ -24,12 +24,10 @@ once). A server with one SQLAlchemy connection::
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
-from typing import Any, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -40,8 +38,10 @@ from mcp.server.context import CallNext, HandlerResult
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-from guard.backend import Backend
+from guard.backend import Backend, Watchable
+from guard.txext import points
 from guard.txext.carried import CARRIED, CarriedOps, parse_ops, report, run_ops
+from guard.txext.leases import BackendAccess, reap, renew_after, run_in_lifespan
 from guard.txext.protocol import (
     BEGIN,
     CHANGES,
@@ -60,6 +60,7 @@ from guard.txext.protocol import (
     SAVEPOINT,
     TX_FAILED,
     TX_META_KEY,
+    WATCH,
     TxParams,
     TxSavepointResult,
     check_id,
@@ -68,22 +69,11 @@ from guard.txext.protocol import (
 )
 from guard.txext.registry import OpenTransaction, Registry, mapped
 
-logger = logging.getLogger(__name__)
+__all__ = ["BackendAccess", "TransactionParticipant", "serialized"]
 
 Ctx = ServerRequestContext[Any, Any]
 T = TypeVar("T")
 Handler = Callable[[Ctx, TxParams], Awaitable[BaseModel | dict[str, Any] | None]]
-
-
-class BackendAccess(Protocol):
-    """Runs ``work(backend)`` for a session: in a worker thread, serialised with its tool calls.
-
-    The backend must be the one on the connection that session's tool calls use, and the same
-    object for as long as the session's state lives: a different object (the state was replaced
-    or closed) ends any transaction that was open on the old one.
-    """
-
-    def __call__(self, key: str, work: Callable[[Backend], T], /) -> Awaitable[T]: ...
 
 
 def serialized(backend: Backend) -> BackendAccess:
@@ -130,11 +120,14 @@ class TransactionParticipant:
         unknown = sorted(set(features) - set(FEATURES))
         if unknown:
             raise ValueError(f"unknown feature(s) {unknown}; known: {', '.join(FEATURES)}")
+        if WATCH in features and PIGGYBACK not in features:
+            raise ValueError(f"feature {WATCH!r} rides on piggybacked operations: it needs {PIGGYBACK!r}")
         self.session_key = session_key
         self.access = access
         self.features = tuple(f for f in FEATURES if f in features)
         """The optional features served (all by default; ``()`` behaves as a participant that
-        predates them: piggybacked operations are refused with INVALID_PARAMS)."""
+        predates them: piggybacked operations are refused with INVALID_PARAMS). ``watch`` is
+        answered at ``begin`` only for a backend that can watch (:class:`guard.backend.Watchable`)."""
         self.lease_s = lease_s
         """A transaction no request named for this long is rolled back (None: never)."""
         self.on_lapse = on_lapse
@@ -161,53 +154,14 @@ class TransactionParticipant:
         server.extensions[EXTENSION] = entry
         server.middleware.append(functools.partial(_advertise_in_handshake, entry=entry))
         server.middleware.append(self._carry_ops)
-        server.middleware.append(self._renew_after)
+        server.middleware.append(renew_after(self._registry, self.session_key))
         if self.lease_s is not None:
-            inner = server.lifespan
-
-            @contextlib.asynccontextmanager
-            async def lifespan(app: Server[Any]) -> AsyncIterator[Any]:
-                async with inner(app) as state, anyio.create_task_group() as tg:
-                    tg.start_soon(self.run_reaper)
-                    try:
-                        yield state
-                    finally:
-                        tg.cancel_scope.cancel()
-
-            server.lifespan = lifespan
-
-    # -- leases
-    async def _renew_after(self, ctx: Ctx, call_next: CallNext) -> HandlerResult:
-        """Server middleware: a request naming a transaction renews its lease when it is answered
-        (it was renewed on arrival too), so a call longer than the lease does not lapse it."""
-        result = await call_next(ctx)
-        meta: Mapping[str, Any] = ctx.meta or {}
-        tx = meta.get(TX_META_KEY)
-        if isinstance(tx, str) and (ctx.method == "tools/call" or ctx.method in METHODS):
-            self._registry.touch(self.session_key(ctx), tx)
-        return result
+            run_in_lifespan(server, self.run_reaper)
 
     async def reap(self) -> list[str]:
-        """Roll back every transaction whose lease lapsed (serialised with its session's calls, and
-        only if it is still open and still lapsed then); the session keys, after ``on_lapse``."""
-        lapsed = []
-        for key, tx in self._registry.lapsed():
-
-            def roll_back(backend: Backend, key: str = key, tx: str = tx) -> bool:
-                if not self._registry.take_lapsed(key, tx):
-                    return False
-                try:
-                    backend.rollback()
-                except Exception as exc:  # its state is unknown: the host's on_lapse drops the session
-                    logger.warning("transaction %s (lease lapsed): rollback failed: %s", tx, exc)
-                return True
-
-            if await self.access(key, roll_back):
-                logger.info("transaction %s of session %s: lease lapsed, rolled back", tx, key)
-                lapsed.append(key)
-                if self.on_lapse is not None:
-                    await self.on_lapse(key)
-        return lapsed
+        """Roll back every transaction whose lease lapsed (:func:`guard.txext.leases.reap`); the
+        session keys, after ``on_lapse``."""
+        return await reap(self._registry, self.access, self.on_lapse)
 
     async def run_reaper(self) -> None:
         """:meth:`reap` every quarter lease until cancelled (``install`` runs it in the server's lifespan)."""
@@ -255,7 +209,7 @@ class TransactionParticipant:
                 f"_meta[{OPS_META_KEY!r}] rides only on tools/call and {EXTENSION} requests",
             )
         key, tx = self._selectors(ctx, "tools/call")
-        carried = CarriedOps(key, tx, parse_ops(meta[OPS_META_KEY]))
+        carried = CarriedOps(key, tx, parse_ops(meta[OPS_META_KEY], watch=WATCH in self.features))
         apply = functools.partial(run_ops, self._registry, carried)
         token = CARRIED.set(carried)
         try:
@@ -303,7 +257,8 @@ class TransactionParticipant:
     ) -> T:
         key, tx = self._selectors(ctx, method)
         meta: Mapping[str, Any] = ctx.meta or {}
-        carried = CarriedOps(key, tx, parse_ops(meta[OPS_META_KEY])) if OPS_META_KEY in meta else None
+        ops = parse_ops(meta[OPS_META_KEY], watch=WATCH in self.features) if OPS_META_KEY in meta else None
+        carried = None if ops is None else CarriedOps(key, tx, ops)
         registry = self._registry
 
         def work(backend: Backend) -> T:
@@ -328,16 +283,18 @@ class TransactionParticipant:
         if OPS_META_KEY in (ctx.meta or {}):
             raise error(types.INVALID_PARAMS, f"{BEGIN}: nothing can be piggybacked before a transaction")
 
-        def work(backend: Backend) -> None:
+        def work(backend: Backend) -> bool:
             self._registry.register(key, tx, backend)
             try:
                 mapped(BEGIN, lambda b: b.begin(), backend)
             except BaseException:
                 self._registry.forget(key, tx)
                 raise
+            return isinstance(backend, Watchable)
 
-        await self.access(key, work)
-        answer: dict[str, Any] = {"features": list(self.features)} if self.features else {}
+        watchable = await self.access(key, work)
+        features = [f for f in self.features if f != WATCH or watchable]
+        answer: dict[str, Any] = {"features": features} if features else {}
         if self.lease_s is not None:
             answer["lease_s"] = self.lease_s
         return answer
@@ -351,30 +308,20 @@ class TransactionParticipant:
         self._accept(ROLLBACK_TO, params, ("savepoint",))
         name = check_id(params.savepoint, f"{ROLLBACK_TO}: savepoint")
 
-        def rollback_to(backend: Backend, entry: OpenTransaction) -> None:
-            backend.rollback_to(entry.resolve(name))
-            entry.closed(name)
-
-        await self._within(ctx, ROLLBACK_TO, rollback_to)
+        await self._within(ctx, ROLLBACK_TO, lambda b, entry: points.rollback_to(entry, name, b))
         return {}
 
     async def _release(self, ctx: Ctx, params: TxParams) -> dict[str, Any]:
         self._accept(RELEASE, params, ("savepoint",))
         name = check_id(params.savepoint, f"{RELEASE}: savepoint")
 
-        def release(backend: Backend, entry: OpenTransaction) -> None:
-            backend.release(entry.resolve(name))
-            entry.closed(name)
-
-        await self._within(ctx, RELEASE, release)
+        await self._within(ctx, RELEASE, lambda b, entry: points.release(entry, name, b))
         return {}
 
     async def _changes(self, ctx: Ctx, params: TxParams) -> dict[str, Any]:
         self._accept(CHANGES, params, ("since",))
         since = None if params.since is None else check_id(params.since, f"{CHANGES}: since")
-        changes = await self._within(
-            ctx, CHANGES, lambda b, entry: b.changes(None if since is None else entry.resolve(since))
-        )
+        changes = await self._within(ctx, CHANGES, lambda b, entry: points.changes_since(entry, since, b))
         return changes.model_dump(mode="json")
 
     async def _query(self, ctx: Ctx, params: TxParams) -> dict[str, Any]:

@@ -40,14 +40,20 @@ PIGGYBACK = "piggyback"
 """The optional feature (docs/transaction-extension.md, "Piggybacked operations"): savepoint and
 release ride on the next request in ``_meta["shadowguard/tx/ops"]``, and a ``tools/call`` that
 opened a savepoint answers with its change set in the result's ``_meta["shadowguard/tx"]``."""
-FEATURES = (PIGGYBACK,)
+WATCH = "watch"
+"""The optional feature (docs/transaction-extension.md, "Watched reads", docs/adr/013): the piggybacked
+operation ``watch`` notes the capture log's position under a client name instead of opening a
+savepoint; the tools/call reports the changes since it like a savepoint's. Needs ``piggyback``."""
+FEATURES = (PIGGYBACK, WATCH)
 OPS_META_KEY = "shadowguard/tx/ops"
 OP_ERROR_KEY = "shadowguard/tx/op"
 """Key in a JSON-RPC error's ``data`` when a piggybacked operation failed: ``{"index", "method"}``."""
 OP_SAVEPOINT = "savepoint"
 OP_RELEASE = "release"
-OP_METHODS = {OP_SAVEPOINT: SAVEPOINT, OP_RELEASE: RELEASE}
-"""A piggybacked operation -> the method it stands for (in errors that name it)."""
+OP_WATCH = "watch"
+OP_METHODS = {OP_SAVEPOINT: SAVEPOINT, OP_RELEASE: RELEASE, OP_WATCH: SAVEPOINT}
+"""A piggybacked operation -> the method it stands for (in errors that name it; a watch stands in
+for a savepoint)."""
 MAX_OPS = 64
 """The most operations one request carries."""
 MAX_ID = 256

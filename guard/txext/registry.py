@@ -30,16 +30,33 @@ class OpenTransaction:
     """When a request last named it (the clock of its :class:`Registry`)."""
     aliases: dict[str, str] = field(default_factory=dict)
     """Savepoint names the client chose (piggybacked) -> the backend's, in the order they opened."""
+    watches: dict[str, int] = field(default_factory=dict)
+    """Watches the client named (``watch``, docs/adr/013) -> the change log's position then."""
+    order: dict[str, None] = field(default_factory=dict)
+    """Every client name (aliases and watches), in the order they opened."""
 
     def resolve(self, name: str) -> str:
         return self.aliases.get(name, name)
 
+    def is_open(self, name: str) -> bool:
+        return name in self.order
+
+    def opened(self, name: str, *, savepoint: str | None = None, position: int | None = None) -> None:
+        """Client name ``name`` opened: a savepoint (the backend's name) or a watch (a position)."""
+        if savepoint is not None:
+            self.aliases[name] = savepoint
+        elif position is not None:
+            self.watches[name] = position
+        self.order[name] = None
+
     def closed(self, name: str) -> None:
-        """``name`` was released or rolled back to: it and the aliases opened after it are closed."""
-        if name in self.aliases:
-            names = list(self.aliases)
+        """``name`` was released or rolled back to: it and the names opened after it are closed."""
+        if name in self.order:
+            names = list(self.order)
             for gone in names[names.index(name) :]:
-                del self.aliases[gone]
+                del self.order[gone]
+                self.aliases.pop(gone, None)
+                self.watches.pop(gone, None)
 
 
 class Registry:
