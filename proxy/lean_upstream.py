@@ -44,6 +44,8 @@ from mcp_types import methods as mcp_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from proxy import telemetry
+
 if TYPE_CHECKING:
     from mcp.shared.dispatcher import ProgressFnT
 
@@ -131,6 +133,7 @@ class LeanUpstream:
         timeout: float,
     ) -> types.CallToolResult:
         """The call's final result: the POST, then (an input round) the SDK client with the answers."""
+        telemetry.record_relay_call("lean_upstream")
         result = await self.call(name, arguments, meta, timeout)
         if isinstance(result, types.InputRequiredResult):
             assert connection.peer is not None  # takes() requires it
