@@ -21,7 +21,6 @@ import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal, Protocol, cast
 
 import anyio
@@ -39,6 +38,7 @@ from guard.session import RESERVED_PREFIX
 from guard.txext.protocol import advertised_writers, advertises
 from proxy.lean_upstream import LeanUpstream
 from proxy.upstream_http import upstream_http_client
+from proxy.upstream_types import UpstreamSettings
 
 logger = logging.getLogger(__name__)
 
@@ -59,35 +59,6 @@ _RESERVED_META_KEYS = frozenset({"progress_token", "progressToken"})
 
 Transport = Literal["stdio", "http"]
 Transactional = Literal["auto", "true", "false"] | bool
-
-
-class UpstreamSettings(Protocol):
-    """What the proxy reads from one ``upstreams:`` entry of the config (proxy.config)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def transport(self) -> str: ...
-    @property
-    def command(self) -> str | None: ...
-    @property
-    def args(self) -> Sequence[str]: ...
-    @property
-    def env(self) -> Mapping[str, str] | None: ...
-    @property
-    def url(self) -> str | None: ...
-    @property
-    def prefix(self) -> str | None: ...
-    @property
-    def transactional(self) -> Any: ...
-    @property
-    def policy(self) -> Path | str | None: ...
-    @property
-    def pass_env(self) -> Sequence[str]: ...
-    @property
-    def sql_tools(self) -> Mapping[str, Any]: ...
-    @property
-    def detect_sql_tools(self) -> bool: ...
 
 
 class ConnectionPeer(Protocol):
