@@ -61,8 +61,8 @@ Callbacks = Mapping[str, Callable[..., Awaitable[Any]]]
 
 class EnvelopeTap:
     """Copies the SDK client's per-request ``_meta`` envelope (protocol version, client info, client
-    capabilities) from the first 2026-07-28 request it sends on ``client`` (an ``httpx2`` request
-    hook; it unhooks itself once it has one)."""
+    capabilities) from the first 2026-07-28 ``tools/list`` or ``tools/call`` it sends on ``client``
+    (an ``httpx2`` request hook; it unhooks itself once it has one)."""
 
     def __init__(self, client: httpx2.AsyncClient) -> None:
         self.client = client
@@ -76,7 +76,9 @@ class EnvelopeTap:
             body = json.loads(request.content)
         except (ValueError, httpx2.RequestNotRead):
             return
-        meta = (body.get("params") or {}).get("_meta") if isinstance(body, dict) else None
+        if not isinstance(body, dict) or body.get("method") not in ("tools/list", "tools/call"):
+            return  # the session's own stamp, not a probe's (server/discover) or a handshake's
+        meta = (body.get("params") or {}).get("_meta")
         if not isinstance(meta, dict) or meta.get(PROTOCOL_VERSION_META_KEY) not in MODERN_PROTOCOL_VERSIONS:
             return
         if all(key in meta for key in ENVELOPE_KEYS):
