@@ -58,6 +58,7 @@ from proxy.health import health_router
 from proxy.held import HeldCalls, check_reviewers
 from proxy.ledger import SessionLedger
 from proxy.registry import ANY, SessionRegistry
+from proxy.relay_lean import LeanRelay
 from proxy.replica_api import ReplicaSessions
 from proxy.replicas import ReplicaRouter, replica_directory
 from proxy.server import GuardProxy, principal_of_scope
@@ -412,7 +413,8 @@ class _EndSessionOnDelete:
 
 class _App(FastAPI):
     """FastAPI with the agent-facing endpoint dispatched first: a request for ``/mcp`` goes straight
-    to its own chain (body limit, agent auth, replica front, session renewal, the SDK's app) instead
+    to its own chain (body limit, agent auth, replica front, session renewal, the lean relay of a
+    plain 2026-07-28 ``tools/call`` (proxy/relay_lean.py), the SDK's app) instead
     of through the API's middleware stack and router, which it does not use. Every other request, and
     the lifespan, is FastAPI's."""
 
@@ -488,7 +490,8 @@ def create_app(
     app.include_router(review_router())
     for router in routers:
         app.include_router(router)
-    mcp: ASGIApp = _EndSessionOnDelete(mcp_app, proxy)
+    app.state.lean_relay = LeanRelay(mcp_app, proxy, enabled=config.proxy.lean_relay)
+    mcp: ASGIApp = _EndSessionOnDelete(app.state.lean_relay, proxy)
     replica_front = (
         ReplicaRouter(mcp, directory, max_body_bytes=config.http.max_body_bytes)
         if directory is not None

@@ -321,6 +321,15 @@ class ReplicasConfig(_Section):
         return self
 
 
+class RelayConfig(_Section):
+    """How the proxy relays (docs/proxy.md, "The lean relay")."""
+
+    lean_relay: bool = True
+    """A 2026-07-28 ``tools/call`` over HTTP that needs no input round, progress or log relay is
+    answered without the SDK's server session (proxy/relay_lean.py); false: every request goes
+    through the SDK's app."""
+
+
 class ProxyConfig(BaseSettings):
     """Everything ``shadowguard serve`` needs. Build it with :meth:`load`."""
 
@@ -342,6 +351,7 @@ class ProxyConfig(BaseSettings):
     auth: AuthConfig = Field(default_factory=AuthConfig)
     webhook: WebhookConfig = Field(default_factory=WebhookConfig)
     replicas: ReplicasConfig = Field(default_factory=ReplicasConfig)
+    proxy: RelayConfig = Field(default_factory=RelayConfig)
 
     @classmethod
     def settings_customise_sources(

@@ -10,6 +10,8 @@ with the process and runtime collectors beside them:
 * ``shadowguard_rollbacks_total{reason, result}`` - sessions rolled back (``agent``, ``idle``, ``shutdown``,
   ...), ``complete`` or ``incomplete`` (an applied call of a journaled upstream stayed in effect)
 * ``shadowguard_tool_call_duration_seconds{tool, effect}`` - time the guard spent on a call, checks included
+* ``shadowguard_relay_calls_total{path}`` - HTTP ``tools/call`` requests by the path that answered them
+  on each side: ``lean_agent`` (proxy/relay_lean.py) and ``lean_upstream`` (proxy/lean_upstream.py)
 
 and the approval queue's (docs/approvals.md "Metrics and traces" says exactly what each counts):
 
@@ -70,6 +72,12 @@ TOOL_CALLS = Counter(
     "shadowguard_tool_calls",
     "Tool calls the guard decided on, by tool, effect class and verdict.",
     ["tool", "effect", "verdict"],
+    registry=REGISTRY,
+)
+RELAY_CALLS = Counter(
+    "shadowguard_relay_calls",
+    "tools/call requests relayed on a lean path, by path (lean_agent, lean_upstream).",
+    ["path"],
     registry=REGISTRY,
 )
 TOOL_ERRORS = Counter(
@@ -260,6 +268,11 @@ def record_approvals_swept(pending: int) -> None:
 def record_webhook_delivery(delivered: bool) -> None:
     """Count one webhook notice: delivered, or given up on after its retries."""
     WEBHOOK_DELIVERIES.labels(result="delivered" if delivered else "failed").inc()
+
+
+def record_relay_call(path: str) -> None:
+    """Count one ``tools/call`` a lean path relayed (``lean_agent`` or ``lean_upstream``)."""
+    RELAY_CALLS.labels(path=path).inc()
 
 
 def _decision(approval: Approval) -> str:

@@ -21,7 +21,6 @@ import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal, Protocol, cast
 
 import anyio
@@ -37,7 +36,9 @@ from guard.effects import ToolInfo, detected_sql_argument
 from guard.policy import EMPTY, PolicyError, PolicyPack, load_policy
 from guard.session import RESERVED_PREFIX
 from guard.txext.protocol import advertised_writers, advertises
+from proxy.lean_upstream import LeanUpstream
 from proxy.upstream_http import upstream_http_client
+from proxy.upstream_types import UpstreamSettings
 
 logger = logging.getLogger(__name__)
 
@@ -58,35 +59,6 @@ _RESERVED_META_KEYS = frozenset({"progress_token", "progressToken"})
 
 Transport = Literal["stdio", "http"]
 Transactional = Literal["auto", "true", "false"] | bool
-
-
-class UpstreamSettings(Protocol):
-    """What the proxy reads from one ``upstreams:`` entry of the config (proxy.config)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def transport(self) -> str: ...
-    @property
-    def command(self) -> str | None: ...
-    @property
-    def args(self) -> Sequence[str]: ...
-    @property
-    def env(self) -> Mapping[str, str] | None: ...
-    @property
-    def url(self) -> str | None: ...
-    @property
-    def prefix(self) -> str | None: ...
-    @property
-    def transactional(self) -> Any: ...
-    @property
-    def policy(self) -> Path | str | None: ...
-    @property
-    def pass_env(self) -> Sequence[str]: ...
-    @property
-    def sql_tools(self) -> Mapping[str, Any]: ...
-    @property
-    def detect_sql_tools(self) -> bool: ...
 
 
 class ConnectionPeer(Protocol):
@@ -182,8 +154,10 @@ class UpstreamConnection:
         target: StdioServerParameters | str,
         http: httpx2.AsyncClient | None = None,
         peer: ConnectionPeer | None = None,
+        lean: LeanUpstream | None = None,
     ) -> None:
         self.upstream = upstream
+        self.lean = lean
         self._target = target
         self._http = http
         self.peer = peer
@@ -202,6 +176,7 @@ class UpstreamConnection:
         http: httpx2.AsyncClient | None = None,
         connect_timeout: float = CONNECT_TIMEOUT_S,
         peer: ConnectionPeer | None = None,
+        lean: LeanUpstream | None = None,
     ) -> UpstreamConnection:
         """Start the connection's task in ``task_group`` and return once the handshake is done.
 
@@ -210,7 +185,7 @@ class UpstreamConnection:
         ``peer`` answers the upstream's requests to the client and relays its notifications.
         Raises :class:`UpstreamError` (naming the upstream and the cause) if it cannot connect.
         """
-        conn = cls(upstream, target, http, peer)
+        conn = cls(upstream, target, http, peer, lean)
         try:
             with anyio.fail_after(connect_timeout):
                 await task_group.start(conn._run)
@@ -288,14 +263,18 @@ class UpstreamConnection:
         """One ``tools/call``; a closed connection raises :class:`UpstreamGoneError`.
 
         The agent's progress token and the upstream's input requests (2026-07-28 rounds, answered
-        through the connection's peer) are relayed while the call runs.
+        through the connection's peer) are relayed while the call runs. A plain call to a 2026-07-28
+        HTTP upstream is sent by :attr:`lean` (proxy/lean_upstream.py), the rest by the SDK client.
         """
         try:
             async with self.forwarding() as (progress, extra):
                 forwarded = cast("types.RequestParamsMeta", {**dict(meta or {}), **extra})
-                result = await self.client.call_tool(
-                    name, dict(arguments), CALL_TIMEOUT_S, progress, meta=forwarded
-                )
+                if self.lean is not None and self.lean.takes(self, name, progress, extra):
+                    result = await self.lean.call_tool(self, name, arguments, forwarded, CALL_TIMEOUT_S)
+                else:
+                    result = await self.client.call_tool(
+                        name, dict(arguments), CALL_TIMEOUT_S, progress, meta=forwarded
+                    )
         except MCPError as exc:
             self.note(exc)
             raise
@@ -394,6 +373,9 @@ class Upstream:
         """Stands for the agents on this upstream's connections (set before :meth:`start`)."""
         self.capabilities: types.ServerCapabilities | None = None
         """What the upstream offers (read at :meth:`start`)."""
+        self.lean_relay = True
+        """Send plain 2026-07-28 HTTP calls without the SDK client (config ``proxy.lean_relay``)."""
+        self._lean: LeanUpstream | None = None
 
     @property
     def name(self) -> str:
@@ -457,6 +439,8 @@ class Upstream:
         forced = _transactional_setting(self.spec.transactional)
         if isinstance(self._target, str) and self._http is None:
             self._http = upstream_http_client(httpx2.Timeout(HTTP_TIMEOUT_S, read=HTTP_READ_TIMEOUT_S))
+            if self.lean_relay:
+                self._lean = LeanUpstream(self.name, self._target, self._http, self.tools)
         conn = await self._open(prime=False)
         try:
             tools = await conn.list_tools()
@@ -510,7 +494,7 @@ class Upstream:
         if self._task_group is None or self._target is None:
             raise UpstreamError(f"upstream {self.name!r} is not started")
         conn = await UpstreamConnection.open(
-            self._task_group, self.name, self._target, http=self._http, peer=self.peer
+            self._task_group, self.name, self._target, http=self._http, peer=self.peer, lean=self._lean
         )
         if prime:
             try:

@@ -1,0 +1,282 @@
+"""The lean upstream send: ``tools/call`` to a 2026-07-28 HTTP upstream as one POST, no SDK session.
+
+The SDK's client puts every request through its dispatcher, a writer task and the transport's
+streams (about a millisecond of CPU a call here). A 2026-07-28 ``tools/call`` over HTTP is one
+self-contained POST, so :class:`LeanUpstream` sends it on the upstream's pooled ``httpx2`` client
+(keep-alive; :mod:`proxy.upstream_http` resends only what the upstream cannot have received) with
+the headers and ``_meta`` envelope the SDK client sends (the envelope is copied from the SDK's own
+requests on the same client, never rebuilt), and reads the JSON or single-answer SSE response.
+
+Outcomes are those of the SDK path (:meth:`proxy.upstreams.UpstreamConnection.call_tool`):
+
+* a JSON-RPC error, in a 2xx or (as JSON) a 4xx/5xx body -> :class:`~mcp.MCPError` with it;
+* another 4xx/5xx -> ``-32601`` "Not Found" (404) or ``-32603`` "Server returned an error response";
+  ``202`` -> ``-32600``; an unexpected content type -> ``-32600``; unparsable JSON -> ``-32700``;
+* no answer within ``CALL_TIMEOUT_S`` -> ``-32001`` (request timeout);
+* the connection failing under the request (reset, refused, closed mid-answer) -> ``-32000``
+  (connection closed), which the connection reports as :class:`~proxy.upstreams.UpstreamGoneError`;
+* a result is checked against the version's result schema and, unless ``isError``, the tool's output
+  schema (``ClientSession.validate_tool_result``), as the SDK client does.
+
+An ``InputRequiredResult`` (the upstream needs the client's input) is answered here through the
+same callbacks the SDK client would call (the connection's peer); the call then continues with the
+answers on the SDK client (``Client.call_tool(input_responses=..., request_state=...)``: the next
+round, not a resend). A refused input request fails the call with its error, as on the SDK path.
+A tool with ``x-mcp-header`` arguments, or a call with progress or a log-level opt-in to relay,
+is left to the SDK client (decided before anything is sent).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+import anyio
+import httpx2
+import mcp.types as types
+from mcp import MCPError
+from mcp.shared.inbound import encode_header_value
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
+from mcp_types import methods as mcp_methods
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+
+from proxy import telemetry
+
+if TYPE_CHECKING:
+    from mcp.shared.dispatcher import ProgressFnT
+
+    from proxy.upstreams import UpstreamConnection
+
+logger = logging.getLogger(__name__)
+
+ENVELOPE_KEYS = (PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY)
+X_MCP_HEADER = "x-mcp-header"
+
+Callbacks = Mapping[str, Callable[..., Awaitable[Any]]]
+
+
+class EnvelopeTap:
+    """Copies the SDK client's per-request ``_meta`` envelope (protocol version, client info, client
+    capabilities) from the first 2026-07-28 ``tools/list`` or ``tools/call`` it sends on ``client``
+    (an ``httpx2`` request hook; it unhooks itself once it has one)."""
+
+    def __init__(self, client: httpx2.AsyncClient) -> None:
+        self.client = client
+        self.envelope: dict[str, Any] | None = None
+        client.event_hooks["request"].append(self._hook)
+
+    async def _hook(self, request: httpx2.Request) -> None:
+        if self.envelope is not None or request.method != "POST":
+            return
+        try:
+            body = json.loads(request.content)
+        except (ValueError, httpx2.RequestNotRead):
+            return
+        if not isinstance(body, dict) or body.get("method") not in ("tools/list", "tools/call"):
+            return  # the session's own stamp, not a probe's (server/discover) or a handshake's
+        meta = (body.get("params") or {}).get("_meta")
+        if not isinstance(meta, dict) or meta.get(PROTOCOL_VERSION_META_KEY) not in MODERN_PROTOCOL_VERSIONS:
+            return
+        if all(key in meta for key in ENVELOPE_KEYS):
+            self.envelope = {key: meta[key] for key in ENVELOPE_KEYS}
+            self.client.event_hooks["request"].remove(self._hook)
+
+
+def declares_param_headers(tool: types.Tool | None) -> bool:
+    """The tool's input schema marks an argument ``x-mcp-header`` (the SDK mirrors it in a header)."""
+    if tool is None:
+        return True  # unknown to the proxy: the SDK client decides what to send
+    properties = tool.input_schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return False
+    return any(isinstance(p, Mapping) and X_MCP_HEADER in p for p in properties.values())
+
+
+class LeanUpstream:
+    """Sends ``tools/call`` to one 2026-07-28 HTTP upstream (see the module docstring)."""
+
+    _ids = itertools.count(1_000_000_000)
+
+    def __init__(
+        self, upstream: str, url: str, http: httpx2.AsyncClient, tools: Mapping[str, types.Tool]
+    ) -> None:
+        self.upstream = upstream
+        self.url = url
+        self.http = http
+        self.tools = tools
+        """The upstream's tool list by name (the upstream's own mapping, updated in place)."""
+        self.tap = EnvelopeTap(http)
+
+    def takes(
+        self,
+        connection: UpstreamConnection,
+        name: str,
+        progress: ProgressFnT | None,
+        extra: Mapping[str, Any],
+    ) -> bool:
+        """The call goes lean: a 2026-07-28 connection whose envelope is known, with a peer to answer
+        input rounds, no progress or log opt-in to relay, no ``x-mcp-header`` argument."""
+        if self.tap.envelope is None or progress is not None or extra or connection.peer is None:
+            return False
+        if connection.client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return False
+        return not declares_param_headers(self.tools.get(name))
+
+    async def call_tool(
+        self,
+        connection: UpstreamConnection,
+        name: str,
+        arguments: Mapping[str, Any],
+        meta: Mapping[str, Any],
+        timeout: float,
+    ) -> types.CallToolResult:
+        """The call's final result: the POST, then (an input round) the SDK client with the answers."""
+        telemetry.record_relay_call("lean_upstream")
+        result = await self.call(name, arguments, meta, timeout)
+        if isinstance(result, types.InputRequiredResult):
+            assert connection.peer is not None  # takes() requires it
+            answers = await answer_inputs(
+                result.input_requests or {}, connection.peer.client_options(connection)
+            )
+            return await connection.client.call_tool(
+                name,
+                dict(arguments),
+                timeout,
+                None,
+                input_responses=answers,
+                request_state=result.request_state,
+                meta=cast("types.RequestParamsMeta", dict(meta)),
+            )
+        if not result.is_error:
+            await connection.session.validate_tool_result(name, result)
+        return result
+
+    async def call(
+        self, name: str, arguments: Mapping[str, Any], meta: Mapping[str, Any], timeout: float
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """One ``tools/call`` POST; raises :class:`MCPError` as the SDK client would (module docstring)."""
+        envelope = self.tap.envelope
+        if envelope is None:
+            raise RuntimeError("LeanUpstream.call before the SDK sent a 2026-07-28 request (check ready)")
+        version = envelope[PROTOCOL_VERSION_META_KEY]
+        request_id = next(self._ids)
+        params = {"name": name, "arguments": dict(arguments), "_meta": {**meta, **envelope}}
+        body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+        headers = {
+            "accept": "application/json, text/event-stream",
+            "content-type": "application/json",
+            "mcp-protocol-version": version,
+            "mcp-method": "tools/call",
+            "mcp-name": encode_header_value(name),
+        }
+        try:
+            with anyio.fail_after(timeout):
+                raw = await self._post(json.dumps(body).encode(), headers, request_id)
+        except TimeoutError:
+            raise MCPError(
+                code=types.REQUEST_TIMEOUT,
+                message=f"Timed out while waiting for response to tools/call. Waited {timeout} seconds.",
+            ) from None
+        except httpx2.TransportError as exc:
+            raise MCPError(code=types.CONNECTION_CLOSED, message=f"Connection closed: {exc!r}") from exc
+        return _result(version, raw)
+
+    async def _post(self, content: bytes, headers: dict[str, str], request_id: int) -> dict[str, Any]:
+        """The JSON-RPC result of the POST (its error raised as MCPError)."""
+        async with self.http.stream("POST", self.url, content=content, headers=headers) as response:
+            kind = response.headers.get("content-type", "").lower()
+            if response.status_code == 202:
+                raise MCPError(
+                    code=types.INVALID_REQUEST, message="server answered a request with 202 Accepted"
+                )
+            if response.status_code >= 400:
+                if kind.startswith("application/json"):
+                    _raise_error(_decode(await response.aread()))
+                if response.status_code == 404:
+                    raise MCPError(code=types.METHOD_NOT_FOUND, message="Not Found")
+                raise MCPError(code=types.INTERNAL_ERROR, message="Server returned an error response")
+            if kind.startswith("application/json"):
+                message = _decode(await response.aread())
+            elif kind.startswith("text/event-stream"):
+                message = await _answer_in_stream(response, request_id)
+            else:
+                raise MCPError(code=types.INVALID_REQUEST, message=f"Unexpected content type: {kind}")
+        _raise_error(message)
+        result = message.get("result")
+        if not isinstance(result, dict):
+            raise MCPError(code=types.PARSE_ERROR, message="Failed to parse JSON response: no result")
+        return result
+
+
+def _decode(content: bytes) -> dict[str, Any]:
+    try:
+        message = json.loads(content)
+    except ValueError as exc:
+        raise MCPError(code=types.PARSE_ERROR, message=f"Failed to parse JSON response: {exc}") from exc
+    if not isinstance(message, dict):
+        raise MCPError(code=types.PARSE_ERROR, message="Failed to parse JSON response: not an object")
+    return message
+
+
+def _raise_error(message: Mapping[str, Any]) -> None:
+    error = message.get("error")
+    if error is None:
+        return
+    try:
+        data = types.ErrorData.model_validate(error)
+    except ValidationError as exc:
+        raise MCPError(code=types.PARSE_ERROR, message=f"Failed to parse JSON response: {exc}") from exc
+    raise MCPError.from_error_data(data)
+
+
+async def _answer_in_stream(response: httpx2.Response, request_id: int) -> dict[str, Any]:
+    """The response to ``request_id`` in an SSE answer (notifications before it are not relayed: a
+    lean call has no progress token or log level to relay them for)."""
+    data: list[str] = []
+    async for line in response.aiter_lines():
+        if line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))
+        elif line == "" and data:
+            message = _decode("\n".join(data).encode())
+            data = []
+            if message.get("id") == request_id and ("result" in message or "error" in message):
+                return message
+            logger.debug("lean tools/call: skipped %s on the answer stream", message.get("method"))
+    raise MCPError(code=types.CONNECTION_CLOSED, message="SSE stream ended without a response")
+
+
+def _result(version: str, raw: dict[str, Any]) -> types.CallToolResult | types.InputRequiredResult:
+    """The typed result, checked against the version's result schema as the SDK client checks it."""
+    try:
+        mcp_methods.validate_server_result("tools/call", version, raw)
+        if raw.get("resultType") == "input_required":
+            return types.InputRequiredResult.model_validate(raw, by_name=False)
+        return types.CallToolResult.model_validate(raw, by_name=False)
+    except (ValidationError, KeyError) as exc:
+        raise MCPError(code=types.INVALID_PARAMS, message=f"Invalid tools/call result: {exc}") from exc
+
+
+async def answer_inputs(requests: Mapping[str, Any], callbacks: Callbacks) -> dict[str, Any]:
+    """Answers to an ``InputRequiredResult``'s requests from the client's callbacks (the peer's, as
+    the SDK client would call them); a refusal raises its error as :class:`MCPError`."""
+    answers: dict[str, Any] = {}
+    for key, request in requests.items():
+        if isinstance(request, types.ElicitRequest):
+            answer = await callbacks["elicitation_callback"](None, request.params)
+        elif isinstance(request, types.CreateMessageRequest):
+            answer = await callbacks["sampling_callback"](None, request.params)
+        elif isinstance(request, types.ListRootsRequest):
+            answer = await callbacks["list_roots_callback"](None)
+        else:
+            raise MCPError(code=types.INVALID_REQUEST, message=f"unsupported input request {key!r}")
+        if isinstance(answer, types.ErrorData):
+            raise MCPError.from_error_data(answer)
+        answers[key] = answer
+    return answers
+
+
+__all__ = ["EnvelopeTap", "LeanUpstream", "answer_inputs", "declares_param_headers"]

@@ -1,0 +1,39 @@
+"""What the proxy reads of an upstream's settings (the contract :mod:`proxy.upstreams` builds on)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class UpstreamSettings(Protocol):
+    """What the proxy reads from one ``upstreams:`` entry of the config (proxy.config)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def transport(self) -> str: ...
+    @property
+    def command(self) -> str | None: ...
+    @property
+    def args(self) -> Sequence[str]: ...
+    @property
+    def env(self) -> Mapping[str, str] | None: ...
+    @property
+    def url(self) -> str | None: ...
+    @property
+    def prefix(self) -> str | None: ...
+    @property
+    def transactional(self) -> Any: ...
+    @property
+    def policy(self) -> Path | str | None: ...
+    @property
+    def pass_env(self) -> Sequence[str]: ...
+    @property
+    def sql_tools(self) -> Mapping[str, Any]: ...
+    @property
+    def detect_sql_tools(self) -> bool: ...
+
+
+__all__ = ["UpstreamSettings"]

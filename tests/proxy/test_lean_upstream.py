@@ -1,0 +1,112 @@
+"""The lean upstream send (proxy/lean_upstream.py) maps what an upstream answers over real HTTP to
+the errors the SDK client gives: a JSON-RPC error, 404, 5xx, 202, a wrong content type, an SSE
+answer, a connection dropped under the request, a timeout."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+import mcp.types as types
+import pytest
+from mcp import MCPError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from proxy.lean_upstream import LeanUpstream
+from tests.support.processes import serving
+from tests.support.proxy import ENVELOPE
+
+pytestmark = pytest.mark.anyio
+
+SEEN: list[dict[str, Any]] = []
+
+
+async def mcp(request: Request) -> Response:
+    body = await request.json()
+    SEEN.append({"headers": dict(request.headers), "body": body})
+    name, rid = body["params"]["name"], body["id"]
+    ok = {"content": [{"type": "text", "text": name}], "resultType": "complete"}
+    if name == "ok":
+        return JSONResponse({"jsonrpc": "2.0", "id": rid, "result": ok})
+    if name == "sse":
+        note = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": 1}}
+        answer = {"jsonrpc": "2.0", "id": rid, "result": ok}
+        text = "".join(f"event: message\ndata: {json.dumps(m)}\n\n" for m in (note, answer))
+        return Response(text, media_type="text/event-stream")
+    if name == "rpc_error":
+        error = {"code": -32602, "message": "bad arguments"}
+        return JSONResponse({"jsonrpc": "2.0", "id": rid, "error": error}, status_code=400)
+    if name == "not_found":
+        return Response("no", status_code=404)
+    if name == "crash":
+        return Response("boom", status_code=500)
+    if name == "accepted":
+        return Response(status_code=202)
+    if name == "html":
+        return Response("<p>hi</p>", media_type="text/html")
+    raise AssertionError(name)
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    with serving(Starlette(routes=[Route("/mcp", mcp, methods=["POST"])])) as base:
+        yield f"{base}/mcp"
+
+
+async def call(url: str, name: str) -> types.CallToolResult | types.InputRequiredResult:
+    async with httpx2.AsyncClient() as http:
+        lean = LeanUpstream("up", url, http, {})
+        lean.tap.envelope = {k: v for k, v in ENVELOPE.items()}
+        return await lean.call(name, {"a": 1}, {"acme/trace": "t"}, timeout=30)
+
+
+async def test_a_result_and_the_request_the_sdk_client_would_send(url: str) -> None:
+    result = await call(url, "ok")
+    assert isinstance(result, types.CallToolResult) and result.content[0].text == "ok"  # type: ignore[union-attr]
+    seen = SEEN[-1]
+    assert seen["body"]["params"] == {
+        "name": "ok",
+        "arguments": {"a": 1},
+        "_meta": {"acme/trace": "t", **ENVELOPE},
+    }
+    headers = seen["headers"]
+    assert (headers["mcp-method"], headers["mcp-name"], headers["mcp-protocol-version"]) == (
+        "tools/call",
+        "ok",
+        ENVELOPE["io.modelcontextprotocol/protocolVersion"],
+    )
+    assert headers["accept"] == "application/json, text/event-stream"
+
+
+async def test_an_sse_answer(url: str) -> None:
+    result = await call(url, "sse")
+    assert isinstance(result, types.CallToolResult) and not result.is_error
+
+
+@pytest.mark.parametrize(
+    ("name", "code"),
+    [
+        ("rpc_error", -32602),
+        ("not_found", types.METHOD_NOT_FOUND),
+        ("crash", types.INTERNAL_ERROR),
+        ("accepted", types.INVALID_REQUEST),
+        ("html", types.INVALID_REQUEST),
+    ],
+)
+async def test_failures_map_to_the_sdk_clients_errors(url: str, name: str, code: int) -> None:
+    with pytest.raises(MCPError) as caught:
+        await call(url, name)
+    assert caught.value.code == code
+
+
+async def test_an_upstream_that_is_gone_is_connection_closed() -> None:
+    with serving(Starlette(routes=[Route("/mcp", mcp, methods=["POST"])])) as base:
+        gone = f"{base}/mcp"
+    with pytest.raises(MCPError) as caught:
+        await call(gone, "ok")
+    assert caught.value.code == types.CONNECTION_CLOSED
