@@ -27,10 +27,12 @@ rows :mod:`benchmark.campaign.rows` (all re-exported here).
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -348,8 +350,20 @@ def _init_process(config: CampaignConfig) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    signal.signal(signal.SIGTERM, _on_terminate)
     global _WORKER
     _WORKER = Worker(config)
+
+
+def _on_terminate(signum: int, frame: object) -> None:
+    """The main process stops the run (:func:`_stop_pool`): release what the worker holds (its servers
+    under ``--through-proxy``, its temporary approval store, its database engine) and exit at once,
+    abandoning the unit in flight (the main process no longer waits for its rows)."""
+    try:
+        if _WORKER is not None:
+            _WORKER.close()
+    finally:
+        os._exit(128 + signum)
 
 
 def _run_in_process(job: tuple[UnitKey, tuple[str, ...]]) -> list[AttemptSummary]:
@@ -374,15 +388,41 @@ def run_units(
                 own.close()
         return
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
 
     context = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_process, initargs=(config,))
+    finished = False
     try:
         # a task's repetitions go to one process together: its caches and attempt memo serve them all
         yield from pool.map(_run_in_process, jobs, chunksize=max(4, config.repeat))
+        finished = True
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        if finished:
+            pool.shutdown(wait=True)
+        else:
+            _stop_pool(pool)
+
+
+STOP_GRACE_S = 10.0
+"""How long a terminated worker may take to release what it holds before it is killed."""
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool whose results are no longer wanted (Ctrl-C, SIGINT to this process alone, an error in
+    the consumer) without waiting for the units in flight, which may run for minutes (a model endpoint
+    that does not answer): pending units are cancelled, every worker is sent SIGTERM (it ignores SIGINT,
+    and a terminal's Ctrl-C alone would never stop it) and killed if it has not exited after
+    :data:`STOP_GRACE_S`; then the pool's own threads are joined. No worker process outlives the call."""
+    # the pool's workers: there is no public way to reach them before Python 3.14's terminate_workers()
+    processes = list(pool._processes.values()) if pool._processes else []
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(STOP_GRACE_S)
+        if process.exitcode is None:
+            process.kill()
+            process.join()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def digest_file(path: Path) -> str:
