@@ -99,7 +99,7 @@ def suite(
         out,
     )
     report = [f"report: {out / 'report.md'}, {out / 'report.json'}"] if out else []
-    _finish([*report, f"wall: {result.wall_s:.0f} s", result.line()], result.failed())
+    _finish([*report, f"wall: {result.wall_s:.0f} s", result.line()], bool(result.failed()))
 
 
 @chaos_app.command("load")
@@ -122,7 +122,7 @@ def load(
     )
     by_class = ", ".join(f"{k} {v}" for k, v in sorted(result.errors.items()))
     errors = [f"failed attempts by class: {by_class}"] if result.errors else []
-    _finish([*errors, result.line()], result.failed)
+    _finish([*errors, result.line()], bool(result.failed))
 
 
 @chaos_app.command("wide-payload")
