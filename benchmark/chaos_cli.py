@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -16,10 +17,41 @@ chaos_app = typer.Typer(
     "hostile input), one summary line. Subcommands run one kind."
 )
 
-OutOpt = Annotated[
-    Path | None,
-    typer.Option("--out", resolve_path=True, help="Keep the servers' logs and databases in this folder."),
-]
+_R = TypeVar("_R")
+
+
+def _out_option(text: str) -> Any:
+    """The ``--out FOLDER`` option every trial kind has; ``text`` (its help) says what is kept there."""
+    return typer.Option("--out", resolve_path=True, help=text)
+
+
+OutOpt = Annotated[Path | None, _out_option("Keep the servers' logs and databases in this folder.")]
+
+
+def _or_exit(call: Callable[[], _R], errors: tuple[type[Exception], ...] = (Exception,)) -> _R:
+    """``call()``; an error of ``errors`` means the trials could not run: printed as ``error: ...`` on
+    stderr and exit 1 (chained, not swallowed). Other errors propagate."""
+    try:
+        return call()
+    except errors as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+
+
+def _in_folder(
+    run: Callable[[Path], _R], out: Path | None, errors: tuple[type[Exception], ...] = (Exception,)
+) -> _R:
+    """``run`` in ``out``, or in a temporary folder removed after it; errors as :func:`_or_exit`."""
+    with tempfile.TemporaryDirectory(prefix="shadowguard-chaos-") as tmp:
+        return _or_exit(lambda: run(out or Path(tmp)), errors)
+
+
+def _finish(lines: Iterable[str], failed: bool) -> None:
+    """Print the result ``lines`` (the chaos line last); exit 1 when the trials ``failed``."""
+    for line in lines:
+        typer.echo(line)
+    if failed:
+        raise typer.Exit(1)
 
 
 @chaos_app.callback(invoke_without_command=True)
@@ -32,12 +64,7 @@ def suite(
         str, typer.Option(help="The kill trials' upstream database: sqlite or postgresql.")
     ] = "sqlite",
     out: Annotated[
-        Path | None,
-        typer.Option(
-            "--out",
-            resolve_path=True,
-            help="Keep the report (report.json, report.md), logs and databases here.",
-        ),
+        Path | None, _out_option("Keep the report (report.json, report.md), logs and databases here.")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of kill moments, jitter and generated input.")] = 0,
     pg_url: Annotated[
@@ -51,8 +78,6 @@ def suite(
     5xx E hangs H (N trials)`. Exit 1 when a counter is above 0 or a trial found another problem."""
     if ctx.invoked_subcommand is not None:
         return
-    import tempfile
-
     from benchmark.chaos_stack import TrialRecord
     from benchmark.chaos_suite import run_suite
 
@@ -67,21 +92,14 @@ def suite(
         for problem in record.problems:
             typer.echo(f"  {problem[:400]}")
 
-    with tempfile.TemporaryDirectory(prefix="shadowguard-chaos-") as tmp:
-        folder = out or Path(tmp)
-        try:
-            result = run_suite(
-                quick=quick, out=folder, upstream=upstream, seed=seed, pg_url=pg_url, progress=progress
-            )
-        except Exception as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(1) from exc
-        if out:
-            typer.echo(f"report: {folder / 'report.md'}, {folder / 'report.json'}")
-        typer.echo(f"wall: {result.wall_s:.0f} s")
-        typer.echo(result.line())
-        if result.failed():
-            raise typer.Exit(1)
+    result = _in_folder(
+        lambda folder: run_suite(
+            quick=quick, out=folder, upstream=upstream, seed=seed, pg_url=pg_url, progress=progress
+        ),
+        out,
+    )
+    report = [f"report: {out / 'report.md'}, {out / 'report.json'}"] if out else []
+    _finish([*report, f"wall: {result.wall_s:.0f} s", result.line()], bool(result.failed()))
 
 
 @chaos_app.command("load")
@@ -99,18 +117,12 @@ def load(
     upstream; a retryable error is retried. Exit 1 if a write never succeeded or the data is wrong."""
     from benchmark.chaos import ChaosError, run_load
 
-    try:
-        result = run_load(sessions, rounds, retries=retries, out=out, writers=writers)
-    except ChaosError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from exc
-    if result.errors:
-        typer.echo(
-            "failed attempts by class: " + ", ".join(f"{k} {v}" for k, v in sorted(result.errors.items()))
-        )
-    typer.echo(result.line())
-    if result.failed:
-        raise typer.Exit(1)
+    result = _or_exit(
+        lambda: run_load(sessions, rounds, retries=retries, out=out, writers=writers), (ChaosError,)
+    )
+    by_class = ", ".join(f"{k} {v}" for k, v in sorted(result.errors.items()))
+    errors = [f"failed attempts by class: {by_class}"] if result.errors else []
+    _finish([*errors, result.line()], bool(result.failed))
 
 
 @chaos_app.command("wide-payload")
@@ -123,11 +135,7 @@ def wide_payload(
     CPU time per call. Exit 1 unless every call was refused as invalid_arguments."""
     from benchmark.chaos import ChaosError, run_wide_payload
 
-    try:
-        result = run_wide_payload(keys=keys, repeat=repeat, out=out)
-    except ChaosError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from exc
+    result = _or_exit(lambda: run_wide_payload(keys=keys, repeat=repeat, out=out), (ChaosError,))
     typer.echo(result.line())
     if result.refused != result.calls or math.isnan(result.cpu_ms_per_call):
         typer.echo(f"last answer: {result.answer}", err=True)
@@ -137,8 +145,6 @@ def wide_payload(
 def _kills(
     trials: int, sessions: int, upstream: str, out: Path | None, seed: int, window: tuple[float, float]
 ) -> None:
-    import tempfile
-
     from benchmark.chaos_kills import KillTrialError, TrialResult, run_kills
 
     def progress(trial: TrialResult) -> None:
@@ -151,27 +157,21 @@ def _kills(
         for problem in trial.problems:
             typer.echo(f"  {problem}")
 
-    with tempfile.TemporaryDirectory(prefix="shadowguard-chaos-") as tmp:
-        folder = out or Path(tmp)
-        try:
-            result = run_kills(
-                trials,
-                sessions,
-                out=folder,
-                upstream=upstream,
-                seed=seed,
-                progress=progress,
-                kill_window_s=window,
-            )
-        except KillTrialError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(1) from exc
-        if out:
-            typer.echo(f"report: {folder / 'kills.jsonl'}")
-        typer.echo(f"wall: {result.wall_s:.0f} s")
-        typer.echo(result.line())
-        if result.problems():
-            raise typer.Exit(1)
+    result = _in_folder(
+        lambda folder: run_kills(
+            trials,
+            sessions,
+            out=folder,
+            upstream=upstream,
+            seed=seed,
+            progress=progress,
+            kill_window_s=window,
+        ),
+        out,
+        (KillTrialError,),
+    )
+    report = [f"report: {out / 'kills.jsonl'}"] if out else []
+    _finish([*report, f"wall: {result.wall_s:.0f} s", result.line()], bool(result.problems()))
 
 
 Upstream = Annotated[str, typer.Option(help="The upstream's database: sqlite or postgresql.")]
@@ -185,10 +185,7 @@ def kills(
     upstream: Upstream = "sqlite",
     seed: Seed = 0,
     out: Annotated[
-        Path | None,
-        typer.Option(
-            "--out", resolve_path=True, help="Keep the report (kills.jsonl), logs and databases here."
-        ),
+        Path | None, _out_option("Keep the report (kills.jsonl), logs and databases here.")
     ] = None,
     kill_max_s: Annotated[
         float, typer.Option(min=0.0, help="The kill comes at a random moment up to this many seconds in.")
@@ -203,23 +200,14 @@ def kills(
 
 def _one_kind(run: Callable[[Path], list[Any]], out: Path | None) -> None:
     """Run one trial kind in ``out`` (or a temporary folder), print each trial and the chaos line."""
-    import tempfile
-
     from benchmark.chaos_kills import Counters
 
-    with tempfile.TemporaryDirectory(prefix="shadowguard-chaos-") as tmp:
-        try:
-            records = run(out or Path(tmp))
-        except Exception as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(1) from exc
+    records = _in_folder(run, out)
     total = Counters()
     for record in records:
         total.add(record.counters)
         typer.echo(json.dumps(record.record(), ensure_ascii=False))
-    typer.echo(total.line(len(records)))
-    if total.total() or any(r.problems for r in records):
-        raise typer.Exit(1)
+    _finish([total.line(len(records))], bool(total.total() or any(r.problems for r in records)))
 
 
 @chaos_app.command("upstream-kill")

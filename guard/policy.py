@@ -9,49 +9,56 @@ into one that silently never fires: YAML syntax (duplicate keys included), the m
 read-only SELECT whose tables and columns exist in the domain; every ``:parameter`` an argument of
 each tool the check lists), tool names, Python references. Errors name the file, the rule and the
 line (inside a ``sql: |`` block, the line of the offending table or column). See docs/policies.md.
+
+This module holds the pack's model and :func:`load_policy`; reading the YAML with its lines and the
+error type are :mod:`guard.policy_yaml`, the cross-reference checks and the resolution of Python and
+SQL references :mod:`guard.policy_refs`.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib
-import importlib.util
-import inspect
 import logging
 import re
-import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from sqlglot.errors import ParseError
 
-from guard.checks import Check, CheckContext, PythonCheck, PythonPredicate, RuleText, SqlCheck
+from guard.checks import Check, CheckContext, PythonCheck, RuleText, SqlCheck
 from guard.errors import ErrorClass
 from guard.models import EffectClass, PolicySource, ToolCall
+from guard.policy_refs import (
+    _check_parameters,
+    _cross_check,
+    _load_module,
+    _python_function,
+    _refuse_v1_conditions,
+    _sql_error,
+)
+from guard.policy_yaml import PolicyError, _line, _Loc, _read_pack, model_error
 from guard.sqltext import SqlTextError
 
+__all__ = [
+    "EMPTY",
+    "ApprovalRule",
+    "CheckRule",
+    "Compensation",
+    "ErrorRule",
+    "ErrorRules",
+    "PolicyError",
+    "PolicyPack",
+    "PolicyPackModel",
+    "RetryRule",
+    "ToolRules",
+    "compile_pack",
+    "load_policy",
+    "model_error",
+]
+
 logger = logging.getLogger(__name__)
-
-
-class PolicyError(ValueError):
-    """A policy pack that cannot be loaded; the message names file, rule and line.
-
-    The same facts are attributes (``file``, ``rule``, ``line``; None when not known) so callers can
-    point an editor at the spot without parsing the message.
-    """
-
-    def __init__(
-        self, message: str, *, file: str | None = None, rule: str | None = None, line: int | None = None
-    ) -> None:
-        super().__init__(message)
-        self.file = file
-        self.rule = rule
-        self.line = line
 
 
 class _Rule(BaseModel):
@@ -267,127 +274,6 @@ class PolicyPack:
 EMPTY = PolicyPack(model=PolicyPackModel(name="empty"))
 
 
-# -- loading --------------------------------------------------------------------------------------
-_Loc = tuple[Any, ...]
-
-
-@dataclass
-class _Located:
-    """Where things are in the YAML text: each key's line, and where block scalars' content starts."""
-
-    lines: dict[_Loc, int] = field(default_factory=dict)
-    blocks: dict[_Loc, int] = field(default_factory=dict)
-    """Path of a literal/folded block scalar (``sql: |``) -> line of its first content line."""
-
-
-def _compose(text: str, where: str) -> tuple[Any, _Located]:
-    located = _Located()
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise PolicyError(f"{where}: line {line}: invalid YAML: {problem}", file=where, line=line) from exc
-
-    def walk(n: yaml.Node, at: _Loc) -> None:
-        located.lines.setdefault(at, n.start_mark.line + 1)  # a key's own line wins over its value's
-        if isinstance(n, yaml.MappingNode):
-            seen: set[Any] = set()
-            for k, v in n.value:
-                key = k.value
-                if key in seen:
-                    line = k.start_mark.line + 1
-                    path = ".".join(str(p) for p in (*at, key))
-                    rule = _rule_of_node(root, (*at, key))
-                    raise PolicyError(
-                        f"{where}: line {line}: rule {rule}: duplicate key {path!r}",
-                        file=where,
-                        rule=rule,
-                        line=line,
-                    )
-                seen.add(key)
-                located.lines[(*at, key)] = k.start_mark.line + 1
-                walk(v, (*at, key))
-        elif isinstance(n, yaml.SequenceNode):
-            for i, v in enumerate(n.value):
-                walk(v, (*at, i))
-        elif isinstance(n, yaml.ScalarNode) and n.style in ("|", ">"):
-            located.blocks[at] = n.start_mark.line + 2
-
-    if node is not None:
-        root: yaml.Node = node
-        walk(node, ())
-    return data, located
-
-
-_RULE_SECTIONS = ("checks", "rules", "approvals")
-
-
-def _rule_of_node(root: yaml.Node, loc: _Loc) -> str:
-    """The rule a YAML path belongs to, from the composed nodes (the data is not loaded yet)."""
-    if (
-        len(loc) >= 2
-        and loc[0] in _RULE_SECTIONS
-        and isinstance(loc[1], int)
-        and isinstance(root, yaml.MappingNode)
-    ):
-        section = next((v for k, v in root.value if k.value == loc[0]), None)
-        if isinstance(section, yaml.SequenceNode) and loc[1] < len(section.value):
-            item = section.value[loc[1]]
-            if isinstance(item, yaml.MappingNode):
-                found = next((v.value for k, v in item.value if k.value == "id"), None)
-                if isinstance(found, str) and found:
-                    return found
-        return f"{loc[0]}[{loc[1]}]"
-    return ".".join(str(p) for p in loc[:2])
-
-
-def _line(lines: Mapping[_Loc, int], loc: Sequence[Any]) -> int | None:
-    path = tuple(loc)
-    while path:
-        if path in lines:
-            return lines[path]
-        path = path[:-1]
-    return lines.get(())
-
-
-def _rule_id(data: Any, loc: Sequence[Any]) -> str:
-    if len(loc) >= 2 and loc[0] in _RULE_SECTIONS and isinstance(loc[1], int):
-        try:
-            rule_id = data[loc[0]][loc[1]].get("id")
-        except (IndexError, KeyError, TypeError, AttributeError):
-            rule_id = None
-        return str(rule_id) if rule_id else f"{loc[0]}[{loc[1]}]"
-    return ".".join(str(p) for p in loc[:2]) or "pack"
-
-
-def _load_module(spec: str, base: Path | None, fail: Callable[[str], PolicyError]) -> Any:
-    """The pack's Python module: a ``.py`` file beside the YAML, or an importable module name."""
-    if spec.endswith(".py"):
-        candidate = (base / spec) if base is not None else Path(spec)
-        if not candidate.is_file():
-            raise fail(f"module file {str(candidate)!r} not found")
-        resolved = candidate.resolve()
-        name = "shadowguard_policy_" + hashlib.sha256(str(resolved).encode()).hexdigest()[:16]
-        module_spec = importlib.util.spec_from_file_location(name, resolved)
-        if module_spec is None or module_spec.loader is None:
-            raise fail(f"cannot load module file {str(candidate)!r}")
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[name] = module
-        try:
-            module_spec.loader.exec_module(module)
-        except Exception as exc:
-            del sys.modules[name]
-            raise fail(f"module {spec!r} failed to import: {type(exc).__name__}: {exc}") from exc
-        return module
-    try:
-        return importlib.import_module(spec)
-    except ImportError as exc:
-        raise fail(f"module {spec!r} not found ({exc})") from exc
-
-
 def load_policy(
     path: str | Path,
     *,
@@ -408,17 +294,8 @@ def load_policy(
     names when ``tool_arguments`` is not passed); ``column_types`` (table -> column -> SQL type name)
     lets v2 expressions be type-checked against columns.
     """
-    path = Path(path)
-    if path.is_dir():
-        path = path / "policy.yaml"
+    path, data, located = _read_pack(Path(path))
     where = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PolicyError(f"{where}: cannot read: {exc.strerror}", file=where) from exc
-    data, located = _compose(text, where)
-    if not isinstance(data, dict):
-        raise PolicyError(f"{where}: line 1: a policy pack is a YAML mapping", file=where, line=1)
     if tool_arguments is None and tool_schemas is not None:
         tool_arguments = {t: set(s.get("properties") or {}) for t, s in tool_schemas.items()}
     if data.get("version") == 2:
@@ -440,15 +317,7 @@ def load_policy(
         model = PolicyPackModel.model_validate(data)
     except ValidationError as exc:
         raise model_error(exc, data, located.lines, where) from exc
-    for i, approval in enumerate(model.approvals):
-        if approval.when is not None:
-            line = _line(located.lines, ("approvals", i, "when"))
-            raise PolicyError(
-                f"{where}: line {line}: rule {approval.id}: 'when' conditions need 'version: 2'",
-                file=where,
-                rule=approval.id,
-                line=line,
-            )
+    _refuse_v1_conditions(model, located.lines, where)
     return compile_pack(
         model,
         path=path,
@@ -458,22 +327,6 @@ def load_policy(
         tools=tools,
         tool_arguments=tool_arguments,
         domain=domain,
-    )
-
-
-def model_error(exc: ValidationError, data: Any, lines: Mapping[_Loc, int], where: str) -> PolicyError:
-    """The first validation error of a pack's model, naming file, rule and line."""
-    errors = exc.errors()
-    err = errors[0]
-    loc = err["loc"]
-    line = _line(lines, loc)
-    rule = _rule_id(data, loc)
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return PolicyError(
-        f"{where}: line {line}: rule {rule}: {'.'.join(map(str, loc))}: {err['msg']}{more}",
-        file=where,
-        rule=rule,
-        line=line,
     )
 
 
@@ -497,23 +350,7 @@ def compile_pack(
         line = line if line is not None else _line(lines, loc)
         return PolicyError(f"{where}: line {line}: rule {rule}: {message}", file=where, rule=rule, line=line)
 
-    if domain is not None and model.domain is not None and model.domain != domain:
-        raise fail(("domain",), "domain", f"the pack is for domain {model.domain!r}, not {domain!r}")
-    seen: set[str] = set()
-    for section in ("checks", "approvals"):
-        for i, rule in enumerate(getattr(model, section)):
-            if rule.id in seen:
-                raise fail((section, i, "id"), rule.id, "duplicate rule id")
-            seen.add(rule.id)
-    retried: set[str] = set()
-    for i, retry in enumerate(model.retry):
-        if retry.tool in retried:
-            raise fail(("retry", i, "tool"), f"retry[{i}]", f"duplicate retry override for {retry.tool!r}")
-        retried.add(retry.tool)
-    if tools is not None:
-        _check_tool_names(model, set(tools), fail)
-    if tool_arguments is not None:
-        _check_compensation_arguments(model, tool_arguments, fail)
+    _cross_check(model, domain=domain, tools=tools, tool_arguments=tool_arguments, fail=fail)
     module = None
     if model.module is not None:
         module = _load_module(
@@ -549,111 +386,3 @@ def compile_pack(
                 )
             )
     return PolicyPack(model=model, checks=checks, path=path)
-
-
-_Fail = Callable[[_Loc, str, str], PolicyError]
-
-
-def _check_tool_names(model: PolicyPackModel, known: set[str], fail: _Fail) -> None:
-    named: list[tuple[_Loc, str, str]] = []
-    named += [(("tools", "allow", i), "tools.allow", t) for i, t in enumerate(model.tools.allow or [])]
-    named += [(("tools", "effects", t), "tools.effects", t) for t in model.tools.effects]
-    for t, comp in model.tools.compensations.items():
-        named += [(("tools", "compensations", t), "tools.compensations", t)]
-        named += [(("tools", "compensations", t, "tool"), "tools.compensations", comp.tool)]
-    for i, c in enumerate(model.checks):
-        named += [(("checks", i, "tools", j), c.id, t) for j, t in enumerate(c.tools or [])]
-    for i, a in enumerate(model.approvals):
-        named += [(("approvals", i, "tools", j), a.id, t) for j, t in enumerate(a.tools or [])]
-    named += [(("retry", i, "tool"), f"retry[{i}]", r.tool) for i, r in enumerate(model.retry)]
-    for i, e in enumerate(model.errors.rules):
-        named += [
-            (("errors", "rules", i, "tools", j), f"errors.rules[{i}]", t) for j, t in enumerate(e.tools or [])
-        ]
-    for loc, rule, tool in named:
-        if tool not in known:
-            raise fail(loc, rule, f"unknown tool {tool!r}")
-
-
-def _check_compensation_arguments(
-    model: PolicyPackModel, tool_arguments: Mapping[str, Collection[str]], fail: _Fail
-) -> None:
-    for original, comp in model.tools.compensations.items():
-        for target, taken_from in comp.arguments.items():
-            loc = ("tools", "compensations", original, "arguments", target)
-            if comp.tool in tool_arguments and target not in tool_arguments[comp.tool]:
-                raise fail(loc, "tools.compensations", f"{comp.tool} has no argument {target!r}")
-            if original in tool_arguments and taken_from not in tool_arguments[original]:
-                raise fail(loc, "tools.compensations", f"{original} has no argument {taken_from!r}")
-
-
-def _check_parameters(
-    rule: CheckRule,
-    parameters: Sequence[str],
-    tool_arguments: Mapping[str, Collection[str]] | None,
-    fail: Callable[[str], PolicyError],
-) -> None:
-    """``:name`` parameters are bound from the call's arguments, so they need a call and its tools."""
-    if not parameters:
-        return
-    names = ", ".join(f":{p}" for p in parameters)
-    if rule.phase == "at_commit":
-        raise fail(f"an at_commit check sees no call, so {names} cannot be bound")
-    if not rule.tools:
-        raise fail(f"a check that binds call arguments ({names}) must list its 'tools'")
-    if tool_arguments is None:
-        return
-    for tool in rule.tools:
-        if tool not in tool_arguments:
-            continue
-        missing = [p for p in parameters if p not in tool_arguments[tool]]
-        if missing:
-            raise fail(f"tool {tool!r} has no argument {missing[0]!r} (bound as :{missing[0]})")
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_SQL_LINE = re.compile(r"\.?\s*Line:? (\d+), Col: (\d+)\.?")
-_QUOTED = re.compile(r"'([^']+)'|: (\w+)$")
-
-
-def _sql_error(exc: SqlTextError, sql: str) -> tuple[str, int | None]:
-    """A one-line message for a SQL error and the line (1-based, within ``sql``) it points at."""
-    cause = exc.__cause__
-    if isinstance(cause, ParseError) and cause.errors:
-        first = cause.errors[0]
-        line = first.get("line")
-        return f"SQL does not parse: {first.get('description')}", line if isinstance(line, int) else None
-    message = _ANSI.sub("", str(exc)).splitlines()[0] if str(exc) else type(exc).__name__
-    found = _SQL_LINE.search(message)
-    if found:
-        return _SQL_LINE.sub("", message).strip(), int(found.group(1))
-    name = _QUOTED.search(message)
-    if name:
-        token = (name.group(1) or name.group(2)).lower()
-        pattern = re.compile(rf"(?<![\w.]){re.escape(token)}(?!\w)|\.{re.escape(token)}(?!\w)")
-        for number, text in enumerate(sql.splitlines(), start=1):
-            if pattern.search(text.lower()):
-                return message, number
-    return message, 1
-
-
-def _python_function(ref: str, module: Any, fail: Callable[[str], PolicyError]) -> PythonPredicate:
-    module_name, _, attr = ref.rpartition(":")
-    target = module
-    if module_name:
-        try:
-            target = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise fail(f"module {module_name!r} not found") from exc
-    if target is None:
-        raise fail(f"{ref!r} names no module and the pack has no 'module'")
-    function = getattr(target, attr, None)
-    if function is None:
-        raise fail(f"function {attr!r} not found in module {getattr(target, '__name__', module_name)!r}")
-    if not callable(function):
-        raise fail(f"{ref!r} is not a function")
-    try:
-        inspect.signature(function).bind(None)
-    except (TypeError, ValueError) as exc:
-        raise fail(f"{ref!r} must take one argument (the CheckContext): {exc}") from exc
-    return cast(PythonPredicate, function)

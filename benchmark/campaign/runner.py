@@ -17,160 +17,74 @@ subset, a resumed run and every arm of a unit see the same injected faults.
 The judge is the benchmark's database check (golden-state hash equality). The 30 rubric tasks' yes/no
 rubrics need an LLM judge: an agent that has one (``--agent llm``, its ``grade_rubrics`` hook) grades
 them after the database check passed; for the others they are recorded as ``not_judged``.
+
+This module runs units (:class:`Worker`) in this process or a pool of processes (:func:`run_units`);
+the contract types are :mod:`benchmark.campaign.run_types`, what a worker loads once
+:mod:`benchmark.campaign.loading`, how a guarded attempt ends :mod:`benchmark.campaign.settle`, and the
+rows :mod:`benchmark.campaign.rows` (all re-exported here).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import tempfile
 import time
-import traceback
-from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from functools import lru_cache
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from benchmark.campaign.agents import (
-    Agent,
-    AgentView,
-    NoUser,
-    OracleAgent,
-    ReplayAgent,
-    ToolSpec,
-    Transcript,
-    load_trajectories,
-)
+from benchmark.campaign.agents import AgentView, NoUser, ToolSpec, Transcript
 from benchmark.campaign.arms import ARMS, Arm
+from benchmark.campaign.loading import _dataset_root, domain_pack, instructions, make_agent
 from benchmark.campaign.memo import AttemptMemo, MemoAgent
-from benchmark.campaign.outcomes import classify_outcome, phase_of, state_signature
-from benchmark.campaign.results import (
-    CampaignFacts,
-    DecodeResult,
-    GuardFacts,
-    Outcome,
-    TestResult,
-    TestTags,
-    passed,
+from benchmark.campaign.results import GuardFacts
+from benchmark.campaign.rows import RUBRICS_NOT_JUDGED, attempt_row, error_row
+from benchmark.campaign.run_types import (
+    AttemptSummary,
+    CampaignConfig,
+    Tally,
+    UnitKey,
+    _Attempt,
+    _Judged,
+    summary_of,
+    unit_seed,
 )
-from benchmark.campaign.surfaces import Clocked, DirectTools, GuardedTools, Reviewer
+from benchmark.campaign.settle import settle
+from benchmark.campaign.surfaces import Clocked, DirectTools, GuardedTools
 from benchmark.envs import Database, Domain, Environment, load_domain
 from benchmark.envs.hashing import StableState, stable_rows, state_delta, state_hash
-from benchmark.guarded import (
-    GoldenStateCheck,
-    backend_for,
-    executor_for,
-    load_domain_policy,
-    tool_infos,
-)
+from benchmark.guarded import GoldenStateCheck, backend_for, executor_for, tool_infos
 from benchmark.tasks import BenchData, Task, resolve_data
 from guard.approvals.gate import ApprovalGate, policy_version
 from guard.approvals.sql import SqlApprovalStore
 from guard.classifier import Classifier
 from guard.effects import ToolInfo
 from guard.faults import FaultInjector, FaultPlan
-from guard.models import Verdict
-from guard.policy import EMPTY, PolicyPack
+from guard.policy import PolicyPack
 from guard.retry import DEFAULT_BUDGETS, RetryPolicy, VirtualClock
 from guard.session import Executor, GuardSession
 
-RUBRICS_NOT_JUDGED = "not_judged: the yes/no rubrics need an LLM judge endpoint; graded on the database only"
-
-
-@dataclass(frozen=True)
-class CampaignConfig:
-    """Everything that decides a campaign's rows (recorded in the run metadata; holds no secret)."""
-
-    agent: str
-    arms: tuple[str, ...]
-    repeat: int = 1
-    domains: tuple[str, ...] = ()
-    task_ids: tuple[str, ...] = ()
-    """The tasks to run, resolved from --domain/--tasks (the runner does not re-filter)."""
-    seed: int = 0
-    faults: str | None = None
-    policy_dir: str = "policies"
-    reviewer: Reviewer = "approve-matching"
-    trajectories: str | None = None
-    data: str | None = None
-    db: str | None = None
-    profile: str | None = None
-    """--agent simulated: the profile's name or file."""
-    feedback: tuple[tuple[str, float], ...] = ()
-    """--agent simulated: feedback probabilities replacing the profile's."""
-    llm_config: str | None = None
-    """--agent llm: the endpoints file (benchmark.llm.config; holds key variable names, never keys)."""
-    through_proxy: bool = False
-    """The agent's calls go through a real ``shadowguard serve`` (benchmark.llm.proxied)."""
-    proxy_era: str = "2026-07-28"
-    """--through-proxy: the MCP protocol era the agent's client speaks (legacy or 2026-07-28)."""
-
-
-@dataclass(frozen=True)
-class UnitKey:
-    uid: str
-    case: str | None
-    repetition: int
-
-
-@dataclass
-class AttemptSummary:
-    """What the main process needs of a row without parsing it (progress, the last line)."""
-
-    uid: str
-    case: str | None
-    repetition: int
-    arm: str
-    passed: bool
-    outcome: Outcome | None
-    system_error: bool
-    line: str
-
-
-def summary_of(row: DecodeResult, line: str) -> AttemptSummary:
-    """The summary of a row read back from a results file (``--resume``)."""
-    md = row.metadata
-    trajectory = md.get("trajectory")
-    return AttemptSummary(
-        row.uid,
-        trajectory if isinstance(trajectory, str) else None,
-        int(md["repetition"]),
-        str(md["arm"]),
-        passed(row),
-        md.get("outcome"),
-        row.is_system_error,
-        line,
-    )
-
-
-def unit_seed(seed: int, key: UnitKey) -> int:
-    text = f"{seed}:{key.uid}:{key.case or ''}:{key.repetition}"
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
-
-
-# -- one worker's state ---------------------------------------------------------------------------
-@dataclass
-class _Judged:
-    passed: bool
-    result_hash: str
-    golden_hash: str
-    rubrics: dict[str, Any] | None = None
-    """The agent's rubric grading (``grade_rubrics`` hook), when it has one and the DB check passed."""
-
-
-@dataclass
-class _Attempt:
-    arm: Arm
-    transcript: Transcript
-    judged: _Judged
-    guard: GuardFacts | None
-    faults: int
-    result_delta: dict[str, Any] | None
-    seconds: float
+__all__ = [
+    "RUBRICS_NOT_JUDGED",
+    "AttemptSummary",
+    "CampaignConfig",
+    "Tally",
+    "UnitKey",
+    "Worker",
+    "_Attempt",
+    "_Judged",
+    "_dataset_root",
+    "digest_file",
+    "domain_pack",
+    "instructions",
+    "make_agent",
+    "run_units",
+    "summary_of",
+    "unit_seed",
+]
 
 
 class Worker:
@@ -257,9 +171,9 @@ class Worker:
         for arm in wanted:
             got = results[arm.name]
             if isinstance(got, BaseException):
-                out.append(self._error_row(task, key, arm, seed, got))
+                out.append(error_row(self.agent, self.config.seed, task, key, arm, seed, got))
             else:
-                out.append(self._row(task, key, got, seed, twin))
+                out.append(attempt_row(self.agent, self.config.seed, task, key, got, seed, twin))
         return out
 
     def _attempt(self, task: Task, key: UnitKey, arm: Arm, seed: int) -> _Attempt:
@@ -323,6 +237,7 @@ class Worker:
         clock: VirtualClock,
         seed: int,
     ) -> tuple[Transcript, GuardFacts]:
+        """The agent's run through a guard session cut to ``arm``, then the commit and its facts."""
         pack, classifier = self._arm_pack(arm, task.domain)
         gate: ApprovalGate | None = None
         session_id = f"{task.id}#{view.case or ''}#{seed:x}#{arm.name}"
@@ -352,59 +267,7 @@ class Worker:
         )
         tools = GuardedTools(session, self.config.reviewer, gate)
         transcript = self.agent.run(view, tools)
-        facts = GuardFacts()
-        commit_violations: list[dict[str, Any]] = []
-        refused_once = False
-        if transcript.commit:
-            commit = session.commit()
-            react = getattr(self.agent, "after_commit_refused", None)
-            if not commit.committed and react is not None:
-                from proxy.server import render_commit
-
-                rendered = render_commit(commit, session.session_id)
-                text = "\n".join(block.text for block in rendered.content if block.type == "text")
-                if react(view, transcript, text):
-                    refused_once = True
-                    commit_violations = [
-                        {"rule_id": v.rule_id, "tool": None, "phase": "at_commit"} for v in commit.violations
-                    ]
-                    commit = session.commit()
-            facts.committed = commit.committed
-            facts.committed_changes = len(commit.changes) if commit.committed else 0
-            facts.commit_refused = not commit.committed
-            commit_violations += [
-                {"rule_id": v.rule_id, "tool": None, "phase": "at_commit"} for v in commit.violations
-            ]
-            if not commit.committed:
-                session.rollback()
-        else:
-            session.rollback()
-        verdicts: Counter[str] = Counter(o.verdict.value for o in session.outcomes)
-        facts.verdicts = dict(sorted(verdicts.items()))
-        facts.violations = [
-            {"rule_id": v.rule_id, "tool": o.call.tool, "phase": phase_of(o.verdict)}
-            for o in session.outcomes
-            for v in o.violations
-        ] + commit_violations
-        facts.retries = sum(o.retries for o in session.outcomes)
-        requested = {o.approval_id for o in session.outcomes if o.verdict is Verdict.HELD and o.approval_id}
-        if gate is not None:
-            facts.approvals = {
-                "requested": len(requested),
-                "approved": tools.decisions["approved"],
-                "rejected": tools.decisions["rejected"],
-                "pending": sum(1 for i in requested if gate.store.get(i).state.value == "pending"),
-            }
-        stops = [o for o in tools.final if o.verdict in (Verdict.REFUSED, Verdict.ROLLED_BACK, Verdict.HELD)]
-        facts.intervened = bool(stops) or facts.commit_refused or refused_once
-        facts.failed_calls = sum(1 for o in tools.final if o.verdict is Verdict.FAILED)
-        if stops:
-            first = stops[0]
-            rule = first.violations[0].rule_id if first.violations else first.error_class
-            facts.first_intervention = f"{first.call.tool}: {first.verdict.value} ({rule})"
-        elif facts.commit_refused or refused_once:
-            facts.first_intervention = f"commit: refused ({commit_violations[0]['rule_id']})"
-        return transcript, facts
+        return transcript, settle(session, tools, gate, self.agent, view, transcript)
 
     def _arm_pack(self, arm: Arm, domain: str) -> tuple[PolicyPack, Classifier]:
         """The domain's pack cut to ``arm`` and its error classifier, built once per worker (both are
@@ -478,163 +341,6 @@ class Worker:
         result = state_hash(final)
         return _Judged(result == expected.golden_db_hash, result, expected.golden_db_hash)
 
-    # -- rows -------------------------------------------------------------------------------------
-    def _base_metadata(self, task: Task, key: UnitKey) -> dict[str, Any]:
-        return {
-            "scenario": task.scenario,
-            "agent": self.agent.name,
-            "test_case_file": task.source_file.rsplit("/", 1)[-1],
-            "test_case_name": task.test_name,
-            "repetition": key.repetition,
-        }
-
-    def _row(self, task: Task, key: UnitKey, got: _Attempt, seed: int, twin: bool | None) -> AttemptSummary:
-        arm, judged, guard = got.arm, got.judged, got.guard
-        outcome = classify_outcome(arm, judged.passed, guard, twin if self.agent.twin else None)
-        open_loop = None
-        if isinstance(self.agent, ReplayAgent) and arm.guarded and twin is not None and guard is not None:
-            open_loop = {
-                (False, True): "caught",
-                (False, False): "missed",
-                (True, True): "false_block",
-                (True, False): "clean_pass",
-            }[(twin, guard.intervened)]
-        db_passed = judged.result_hash == judged.golden_hash
-        judge: dict[str, Any] = {"db": "pass" if db_passed else "fail"}
-        if judged.rubrics is not None:
-            judge.update({k: v for k, v in judged.rubrics.items() if k != "passed"})
-        elif task.rubrics_yesno:
-            judge["rubrics"] = RUBRICS_NOT_JUDGED
-        facts = CampaignFacts(
-            repetition=key.repetition,
-            arm=arm.name,
-            agent=self.agent.name,
-            seed=self.config.seed,
-            attempt_seed=seed,
-            outcome=outcome,
-            judge=judge,
-            guard=guard,
-            twin_passed=twin if arm.guarded else None,
-            open_loop=open_loop,  # type: ignore[arg-type]
-            trajectory=key.case,
-            faults=got.faults,
-            upper_bound=arm.oracle,
-        )
-        metadata = self._base_metadata(task, key) | facts.model_dump(mode="json", exclude_none=True)
-        untimed = getattr(self.agent, "untimed", False)
-        metadata["execution_time"] = 0.0 if untimed else round(got.seconds, 6)
-        if got.transcript.notes is not None:
-            metadata[getattr(self.agent, "notes_key", "simulated")] = got.transcript.notes
-        test = TestResult(result=judged.passed, reward=1.0 if judged.passed else 0.0)
-        if db_passed and not judged.passed:
-            test.tb = f"AssertionError: rubric: {(judged.rubrics or {}).get('rubrics')}"
-            test.line_content = "validate_rubrics_yesno(x, judge)"
-        elif not judged.passed:
-            test.tb = (
-                f"AssertionError: Database hash {judged.result_hash} does not match golden hash "
-                f"{judged.golden_hash}"
-            )
-            test.line_content = "validate_database(x)"
-        row = DecodeResult(
-            uid=task.id,
-            messages=got.transcript.messages,
-            test_result=test,
-            test_tags=TestTags(),
-            usage=got.transcript.usage,
-            metadata=metadata,
-            finish_reason=got.transcript.finish_reason,
-        )
-        if db_passed and not judged.passed:
-            row.metadata["signature"] = "response_property"  # the rubrics judged the final response
-        elif not judged.passed:
-            row.metadata["signature"] = state_signature(row, got.result_delta, task.answer.golden_delta)
-        return AttemptSummary(
-            key.uid, key.case, key.repetition, arm.name, judged.passed, outcome, False, row.line()
-        )
-
-    def _error_row(self, task: Task, key: UnitKey, arm: Arm, seed: int, exc: BaseException) -> AttemptSummary:
-        metadata = self._base_metadata(task, key) | {
-            "arm": arm.name,
-            "seed": self.config.seed,
-            "attempt_seed": seed,
-            "outcome": None,
-            "signature": "harness_error",
-            "error": {
-                "type": type(exc).__name__,
-                "message": str(exc),
-                "tb": "".join(traceback.format_exception(exc)),
-            },
-        }
-        if key.case is not None:
-            metadata["trajectory"] = key.case
-        row = DecodeResult(uid=task.id, metadata=metadata, is_system_error=True, test_tags=TestTags())
-        return AttemptSummary(key.uid, key.case, key.repetition, arm.name, False, None, True, row.line())
-
-
-# -- loading --------------------------------------------------------------------------------------
-def domain_pack(policy_dir: Path, domain: Domain) -> PolicyPack:
-    """``<policy_dir>/<domain>/policy.yaml``, validated against the domain; the empty pack if absent."""
-    path = policy_dir / domain.name / "policy.yaml"
-    if not path.is_file():
-        return EMPTY
-    return load_domain_policy(path, domain)
-
-
-@lru_cache(maxsize=16)
-def _read_yaml(path: Path) -> Any:
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
-
-
-def _dataset_root(bench: BenchData) -> Path:
-    root = bench.tasks_root / "dataset" if bench.kind == "checkout" else bench.bundle / "data" / "dataset"
-    return root
-
-
-def instructions(bench: BenchData, scenario: str) -> tuple[str, ...]:
-    """The system prompts a ThinkingBox agent gets: think.yaml's, then the scenario's policy."""
-    root = _dataset_root(bench)
-    agent = _read_yaml(root / "agent" / "think.yaml")
-    scen = _read_yaml(root / "scenario" / f"{scenario}.yaml")
-    out = [str(agent.get("system_instructions") or "")]
-    if scen.get("bot_instructions"):
-        out.append(str(scen["bot_instructions"]))
-    return tuple(p for p in out if p)
-
-
-def make_agent(
-    config: CampaignConfig, bench: BenchData, uids: set[str], database: Database | None = None
-) -> Agent:
-    if config.agent == "oracle":
-        tasks = bench.tasks(config.domains or None)
-        return OracleAgent({t.id: t.answer.golden_tool_interactions for t in tasks})
-    if config.agent == "replay":
-        if config.trajectories is None:
-            raise ValueError("--agent replay needs --trajectories FILE")
-        return ReplayAgent(load_trajectories(Path(config.trajectories), uids))
-    if config.agent == "simulated":
-        from benchmark.campaign.profiles import load_profile
-        from benchmark.campaign.simulated import SimulatedAgent
-
-        if config.profile is None:
-            raise ValueError("--agent simulated needs --profile NAME")
-        profile = load_profile(config.profile, fitted=True)
-        if config.feedback:
-            profile = profile.with_feedback(**dict(config.feedback))
-        tasks = bench.tasks(None)
-        domains = {name: load_domain(name, bench.bundle) for name in sorted({t.domain for t in tasks})}
-        return SimulatedAgent(profile, tasks, domains, database or Database(config.db), config.seed)
-    if config.agent == "llm":
-        from benchmark.llm.agent import LlmAgent
-        from benchmark.llm.config import load_llm_config
-
-        if config.llm_config is None:
-            raise ValueError("--agent llm needs --llm-config FILE")
-        by_id = {t.id: t for t in bench.tasks(config.domains or None)}
-        return LlmAgent(
-            load_llm_config(config.llm_config), by_id, _dataset_root(bench) / "agent" / "think.yaml"
-        )
-    raise ValueError(f"unknown agent {config.agent!r}; known: oracle, replay, simulated, llm")
-
 
 # -- worker processes -----------------------------------------------------------------------------
 _WORKER: Worker | None = None
@@ -644,8 +350,20 @@ def _init_process(config: CampaignConfig) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    signal.signal(signal.SIGTERM, _on_terminate)
     global _WORKER
     _WORKER = Worker(config)
+
+
+def _on_terminate(signum: int, frame: object) -> None:
+    """The main process stops the run (:func:`_stop_pool`): release what the worker holds (its servers
+    under ``--through-proxy``, its temporary approval store, its database engine) and exit at once,
+    abandoning the unit in flight (the main process no longer waits for its rows)."""
+    try:
+        if _WORKER is not None:
+            _WORKER.close()
+    finally:
+        os._exit(128 + signum)
 
 
 def _run_in_process(job: tuple[UnitKey, tuple[str, ...]]) -> list[AttemptSummary]:
@@ -670,52 +388,41 @@ def run_units(
                 own.close()
         return
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
 
     context = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_process, initargs=(config,))
+    finished = False
     try:
         # a task's repetitions go to one process together: its caches and attempt memo serve them all
         yield from pool.map(_run_in_process, jobs, chunksize=max(4, config.repeat))
+        finished = True
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        if finished:
+            pool.shutdown(wait=True)
+        else:
+            _stop_pool(pool)
 
 
-@dataclass
-class Tally:
-    """Running figures per arm (for the progress bar and the last line)."""
+STOP_GRACE_S = 10.0
+"""How long a terminated worker may take to release what it holds before it is killed."""
 
-    arms: Sequence[str]
-    attempts: Counter[str] = field(default_factory=Counter)
-    passed: Counter[str] = field(default_factory=Counter)
-    outcomes: dict[str, Counter[str]] = field(default_factory=dict)
-    errors: Counter[str] = field(default_factory=Counter)
 
-    def add(self, s: AttemptSummary) -> None:
-        self.attempts[s.arm] += 1
-        self.passed[s.arm] += int(s.passed)
-        self.errors[s.arm] += int(s.system_error)
-        self.outcomes.setdefault(s.arm, Counter())[s.outcome or "system_error"] += 1
-
-    def pass1(self, arm: str) -> float:
-        return 100.0 * self.passed[arm] / self.attempts[arm] if self.attempts[arm] else 0.0
-
-    def brief(self) -> str:
-        return " ".join(f"{a}={self.pass1(a):.1f}%" for a in self.arms)
-
-    def last_line(self) -> str:
-        total = sum(self.attempts.values())
-
-        def per(kind: str) -> str:
-            return " ".join(f"{a}={self.outcomes.get(a, Counter())[kind]}" for a in self.arms)
-
-        line = (
-            f"run: attempts {total} arms {len(self.arms)} pass@1 {self.brief()} "
-            f"wrong-commits {per('wrong_commit')} held {per('held')} false-blocks {per('false_block')}"
-        )
-        if sum(self.errors.values()):
-            line += f" system-errors {per('system_error')}"
-        return line
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool whose results are no longer wanted (Ctrl-C, SIGINT to this process alone, an error in
+    the consumer) without waiting for the units in flight, which may run for minutes (a model endpoint
+    that does not answer): pending units are cancelled, every worker is sent SIGTERM (it ignores SIGINT,
+    and a terminal's Ctrl-C alone would never stop it) and killed if it has not exited after
+    :data:`STOP_GRACE_S`; then the pool's own threads are joined. No worker process outlives the call."""
+    # the pool's workers: there is no public way to reach them before Python 3.14's terminate_workers()
+    processes = list(pool._processes.values()) if pool._processes else []
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(STOP_GRACE_S)
+        if process.exitcode is None:
+            process.kill()
+            process.join()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def digest_file(path: Path) -> str:

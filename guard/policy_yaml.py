@@ -1,0 +1,163 @@
+"""A policy pack's YAML read with the place of everything in it, so that every load error can name its
+file, rule and line.
+
+:class:`PolicyError` is the error of a pack that cannot be loaded. :func:`_read_pack` reads a pack's
+file into its mapping; :func:`_compose` parses the text and records each key's line and where each
+block scalar's content starts (a ``sql: |`` block's line is then the first line of its SQL), refusing
+duplicate keys; :func:`_line` and :func:`_rule_id` turn a path into the text (``("checks", 2, "sql")``)
+into its line and rule; :func:`model_error` names the first validation error of a pack's model that
+way. Re-exported by :mod:`guard.policy`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+
+class PolicyError(ValueError):
+    """A policy pack that cannot be loaded; the message names file, rule and line.
+
+    The same facts are attributes (``file``, ``rule``, ``line``; None when not known) so callers can
+    point an editor at the spot without parsing the message.
+    """
+
+    def __init__(
+        self, message: str, *, file: str | None = None, rule: str | None = None, line: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.file = file
+        self.rule = rule
+        self.line = line
+
+
+_Loc = tuple[Any, ...]
+
+
+@dataclass
+class _Located:
+    """Where things are in the YAML text: each key's line, and where block scalars' content starts."""
+
+    lines: dict[_Loc, int] = field(default_factory=dict)
+    blocks: dict[_Loc, int] = field(default_factory=dict)
+    """Path of a literal/folded block scalar (``sql: |``) -> line of its first content line."""
+
+
+def _read_pack(path: Path) -> tuple[Path, dict[str, Any], _Located]:
+    """A pack's file (``path``, or ``policy.yaml`` in the folder ``path``), its YAML mapping and the
+    places in it."""
+    if path.is_dir():
+        path = path / "policy.yaml"
+    where = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PolicyError(f"{where}: cannot read: {exc.strerror}", file=where) from exc
+    data, located = _compose(text, where)
+    if not isinstance(data, dict):
+        raise PolicyError(f"{where}: line 1: a policy pack is a YAML mapping", file=where, line=1)
+    return path, data, located
+
+
+def _compose(text: str, where: str) -> tuple[Any, _Located]:
+    located = _Located()
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise PolicyError(f"{where}: line {line}: invalid YAML: {problem}", file=where, line=line) from exc
+
+    def walk(n: yaml.Node, at: _Loc) -> None:
+        located.lines.setdefault(at, n.start_mark.line + 1)  # a key's own line wins over its value's
+        if isinstance(n, yaml.MappingNode):
+            seen: set[Any] = set()
+            for k, v in n.value:
+                key = k.value
+                if key in seen:
+                    line = k.start_mark.line + 1
+                    path = ".".join(str(p) for p in (*at, key))
+                    rule = _rule_of_node(root, (*at, key))
+                    raise PolicyError(
+                        f"{where}: line {line}: rule {rule}: duplicate key {path!r}",
+                        file=where,
+                        rule=rule,
+                        line=line,
+                    )
+                seen.add(key)
+                located.lines[(*at, key)] = k.start_mark.line + 1
+                walk(v, (*at, key))
+        elif isinstance(n, yaml.SequenceNode):
+            for i, v in enumerate(n.value):
+                walk(v, (*at, i))
+        elif isinstance(n, yaml.ScalarNode) and n.style in ("|", ">"):
+            located.blocks[at] = n.start_mark.line + 2
+
+    if node is not None:
+        root: yaml.Node = node
+        walk(node, ())
+    return data, located
+
+
+_RULE_SECTIONS = ("checks", "rules", "approvals")
+
+
+def _rule_of_node(root: yaml.Node, loc: _Loc) -> str:
+    """The rule a YAML path belongs to, from the composed nodes (the data is not loaded yet)."""
+    if (
+        len(loc) >= 2
+        and loc[0] in _RULE_SECTIONS
+        and isinstance(loc[1], int)
+        and isinstance(root, yaml.MappingNode)
+    ):
+        section = next((v for k, v in root.value if k.value == loc[0]), None)
+        if isinstance(section, yaml.SequenceNode) and loc[1] < len(section.value):
+            item = section.value[loc[1]]
+            if isinstance(item, yaml.MappingNode):
+                found = next((v.value for k, v in item.value if k.value == "id"), None)
+                if isinstance(found, str) and found:
+                    return found
+        return f"{loc[0]}[{loc[1]}]"
+    return ".".join(str(p) for p in loc[:2])
+
+
+def _line(lines: Mapping[_Loc, int], loc: Sequence[Any]) -> int | None:
+    path = tuple(loc)
+    while path:
+        if path in lines:
+            return lines[path]
+        path = path[:-1]
+    return lines.get(())
+
+
+def _rule_id(data: Any, loc: Sequence[Any]) -> str:
+    if len(loc) >= 2 and loc[0] in _RULE_SECTIONS and isinstance(loc[1], int):
+        try:
+            rule_id = data[loc[0]][loc[1]].get("id")
+        except (IndexError, KeyError, TypeError, AttributeError):
+            rule_id = None
+        return str(rule_id) if rule_id else f"{loc[0]}[{loc[1]}]"
+    return ".".join(str(p) for p in loc[:2]) or "pack"
+
+
+def model_error(exc: ValidationError, data: Any, lines: Mapping[_Loc, int], where: str) -> PolicyError:
+    """The first validation error of a pack's model, naming file, rule and line."""
+    errors = exc.errors()
+    err = errors[0]
+    loc = err["loc"]
+    line = _line(lines, loc)
+    rule = _rule_id(data, loc)
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return PolicyError(
+        f"{where}: line {line}: rule {rule}: {'.'.join(map(str, loc))}: {err['msg']}{more}",
+        file=where,
+        rule=rule,
+        line=line,
+    )
