@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
@@ -34,6 +33,7 @@ from tests.support.proxy import (
     NOTES_APPROVALS_POLICY,
     NOTES_POLICY,
     Agent,
+    ended,
     initialize_request,
     notes_http_upstream,
     notes_rows,
@@ -192,10 +192,7 @@ async def test_an_http_session_whose_client_is_gone_is_reclaimed_on_its_lease(
     async with proxy.running(), Client(proxy.server, cache=None) as client:
         agent = Agent(client, session)
         await agent.ok("put_note", {"id": note, "body": "never committed"})
-        with anyio.fail_after(30):
-            while sessions.get(session) is not None:
-                await anyio.sleep(0.05)
-        assert sessions.ended(session) == "lease"
+        assert await ended(sessions, session) == "lease"
         late = await agent.call("commit")
         assert late.is_error and "lease" in text(late)
     assert note not in notes_rows(module_tmp / "lease.sqlite")
