@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from benchmark.procs import startup_timeout_s
 from guard.effects import ToolInfo, classify
 from guard.models import EffectClass, Verdict
 from guard.policy import load_policy
@@ -381,7 +382,10 @@ async def test_the_demo_config_over_stdio_as_a_desktop_client_runs_it(db: Path, 
     large = transfer_args("acc-alice", "acc-bob", 1200, "car")
     with errlog.open("w", encoding="utf-8") as sink:
         async with Client(
-            stdio_client(params, errlog=sink), mode="legacy", cache=None, read_timeout_seconds=60
+            stdio_client(params, errlog=sink),
+            mode="legacy",
+            cache=None,
+            read_timeout_seconds=startup_timeout_s(),
         ) as client:
             names = [t.name for t in (await client.list_tools()).tools]
             assert names[:3] == ["list_accounts", "rename_account", "transfer_funds"] and "commit" in names

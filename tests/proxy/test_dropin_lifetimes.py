@@ -21,6 +21,7 @@ from typing import IO, Any
 import pytest
 from mcp import Client, StdioServerParameters
 
+from benchmark.procs import startup_timeout_s
 from guard.approvals import ApprovalQuery, ApprovalState, SqlApprovalStore
 from proxy.approvals.auth import hash_token
 from proxy.config import UpstreamConfig
@@ -176,7 +177,9 @@ async def test_stdio_mode_starts_when_the_configs_port_is_taken(module_tmp: Path
         from mcp.client.stdio import stdio_client
 
         with errlog.open("w") as sink:
-            async with Client(stdio_client(params, errlog=sink), cache=None, read_timeout_seconds=60) as c:
+            async with Client(
+                stdio_client(params, errlog=sink), cache=None, read_timeout_seconds=startup_timeout_s()
+            ) as c:
                 assert "get_note" in {t.name for t in (await c.list_tools()).tools}
         said = errlog.read_text()
         assert f"port {port} is in use" in said and "listening on http://127.0.0.1:" in said, said

@@ -21,6 +21,7 @@ import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
 
+from benchmark.procs import startup_timeout_s
 from benchmark.tasks import BenchData
 from tests.support.processes import SHADOWGUARD, kill, notes_http_args
 from tests.support.proxy import (
@@ -391,7 +392,7 @@ async def test_stdio_agent_session(stdio_configs: dict[str, Path], notes_db: Pat
     args = ["serve", "--config", str(stdio_configs[mode]), "--stdio"]
     params = StdioServerParameters(command=SHADOWGUARD, args=args)
     n = f"stdio-{mode[:3]}-{uuid.uuid4().hex[:6]}"
-    async with Client(params, mode=mode, cache=None, read_timeout_seconds=60) as client:
+    async with Client(params, mode=mode, cache=None, read_timeout_seconds=startup_timeout_s()) as client:
         agent = Agent(client)
         tools = {t.name for t in (await client.list_tools()).tools}
         assert {"get_note", "j_put_note", "cancel_order", "commit", "rollback"} <= tools
