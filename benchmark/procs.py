@@ -10,6 +10,8 @@ looked for and what an error quotes.
 
 from __future__ import annotations
 
+import math
+import os
 import signal
 import socket
 import subprocess
@@ -18,11 +20,39 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
-STARTUP_TIMEOUT_S = 60.0
+STARTUP_TIMEOUT_S = 180.0
+"""How long a server may take to announce a reachable URL when ``START_TIMEOUT_ENV`` is not set:
+generous, because a loaded machine (load average above ~25) takes minutes to start Python servers."""
+START_TIMEOUT_ENV = "SHADOWGUARD_TEST_START_TIMEOUT"
+"""Seconds (a positive number) that replace ``STARTUP_TIMEOUT_S`` for every server started through
+:meth:`ServerProcess.wait_url` without an explicit timeout, and for the test suite's own servers."""
 STOP_TIMEOUT_S = 20.0
 POLL_S = 0.05
 
-__all__ = ["STARTUP_TIMEOUT_S", "ServerError", "ServerProcess", "stop_all"]
+__all__ = [
+    "STARTUP_TIMEOUT_S",
+    "START_TIMEOUT_ENV",
+    "ServerError",
+    "ServerProcess",
+    "startup_timeout_s",
+    "stop_all",
+]
+
+
+def startup_timeout_s() -> float:
+    """The start timeout in seconds: ``$SHADOWGUARD_TEST_START_TIMEOUT`` when set (read at each call),
+    else ``STARTUP_TIMEOUT_S``. A value that is not a finite positive number raises ``ValueError``
+    naming the variable, rather than falling back to the default."""
+    raw = os.environ.get(START_TIMEOUT_ENV)
+    if raw is None:
+        return STARTUP_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{START_TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{START_TIMEOUT_ENV}={raw!r} must be a finite number of seconds above 0")
+    return value
 
 
 class ServerError(RuntimeError):
@@ -84,9 +114,11 @@ class ServerProcess:
                 return line[line.index("http://") :].strip()
         return None
 
-    def wait_url(self, timeout_s: float = STARTUP_TIMEOUT_S) -> str:
+    def wait_url(self, timeout_s: float | None = None) -> str:
         """The announced URL, once the port accepts connections; :class:`ServerError` when the process
-        exits first or ``timeout_s`` passes."""
+        exits first or ``timeout_s`` passes (by default :func:`startup_timeout_s`)."""
+        if timeout_s is None:
+            timeout_s = startup_timeout_s()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._url is None:

@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from benchmark.openenv_env.client import ThinkingBoxEnv
+from benchmark.procs import startup_timeout_s
 from benchmark.tasks import Task, resolve_data
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,7 +67,7 @@ def server() -> Iterator[Server]:
     threading.Thread(target=pump, daemon=True).start()
     try:
         tasks = {t.id: t for t in resolve_data().tasks()}  # while the server starts
-        ready.wait(120)
+        ready.wait(startup_timeout_s())
         assert port, f"server did not start: {''.join(lines)}"
         srv = Server(f"ws://127.0.0.1:{port[0]}", f"http://127.0.0.1:{port[0]}", proc, lines, tasks)
         for _ in range(100):

@@ -67,11 +67,18 @@ def play_golden(episode: TBEpisode, task: Task) -> None:
         assert obs.kind == "tool", obs.error
 
 
-def test_user_turns_then_judge_on_done(shared: Shared) -> None:
-    task = next(t for t in shared.tasks.values() if t.rubrics_yesno)
+def golden_episode(shared: Shared, arm: str, *, rubrics: bool) -> tuple[TBEpisode, Task]:
+    """A fresh episode on the first task that has (``rubrics``) or lacks yes/no rubrics, reset on
+    ``arm``, after the task's golden tool calls (each must succeed)."""
+    task = next(t for t in shared.tasks.values() if bool(t.rubrics_yesno) == rubrics)
     episode = TBEpisode(shared)
-    assert episode.reset(test_uid=task.id, arm="guard").kind == "reset"
+    assert episode.reset(test_uid=task.id, arm=arm).kind == "reset"
     play_golden(episode, task)
+    return episode, task
+
+
+def test_user_turns_then_judge_on_done(shared: Shared) -> None:
+    episode, task = golden_episode(shared, "guard", rubrics=True)
     obs = act(episode, type="submit_message", content="Is there anything else?")
     assert (obs.kind, obs.user_message, obs.done) == ("user", "(scripted user, turn 1) please go on", False)
     user = shared.user
@@ -84,37 +91,25 @@ def test_user_turns_then_judge_on_done(shared: Shared) -> None:
     assert isinstance(judge, ScriptedJudge) and judge.graded[-1] == "All set. <DONE>"
 
 
-def test_judge_without_verdict_and_user_limit(shared: Shared) -> None:
-    task = next(t for t in shared.tasks.values() if t.rubrics_yesno)
-    judge = shared.judge
-    assert isinstance(judge, ScriptedJudge)
-    judge.verdict = None
-    try:
-        episode = TBEpisode(shared)
-        episode.reset(test_uid=task.id, arm="off")
-        play_golden(episode, task)
-        for _ in range(2):
-            assert act(episode, type="submit_message", content="More?").kind == "user"
-        final = act(episode, type="submit_message", content="More?")
-        assert (final.finish_reason, final.reward) == ("user_limit", 0.0)
-        assert final.test_summary is not None
-        assert final.test_summary["rubrics"] == "rubric not graded: the judge gave no verdict"
-    finally:
-        judge.verdict = True
+def test_judge_without_verdict_and_user_limit(shared: Shared, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert isinstance(shared.judge, ScriptedJudge)
+    monkeypatch.setattr(shared.judge, "verdict", None)
+    episode, _ = golden_episode(shared, "off", rubrics=True)
+    for _ in range(2):
+        assert act(episode, type="submit_message", content="More?").kind == "user"
+    final = act(episode, type="submit_message", content="More?")
+    assert (final.finish_reason, final.reward) == ("user_limit", 0.0)
+    assert final.test_summary is not None
+    assert final.test_summary["rubrics"] == "rubric not graded: the judge gave no verdict"
 
 
-def test_failing_user_simulator_is_a_system_error_rolled_back(shared: Shared) -> None:
-    task = next(t for t in shared.tasks.values() if not t.rubrics_yesno)
-    user = shared.user
-    assert isinstance(user, ScriptedUser)
-    user.fail = True
-    try:
-        episode = TBEpisode(shared)
-        episode.reset(test_uid=task.id, arm="guard")
-        play_golden(episode, task)
-        final = act(episode, type="submit_message", content="Anything else?")
-    finally:
-        user.fail = False
+def test_failing_user_simulator_is_a_system_error_rolled_back(
+    shared: Shared, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert isinstance(shared.user, ScriptedUser)
+    monkeypatch.setattr(shared.user, "fail", True)
+    episode, _ = golden_episode(shared, "guard", rubrics=False)
+    final = act(episode, type="submit_message", content="Anything else?")
     assert (final.kind, final.reward, final.reward_type) == ("terminal", 0.0, "system_error")
     assert final.error == "ConnectionError: user endpoint unreachable"
     assert episode.state.status == "error"

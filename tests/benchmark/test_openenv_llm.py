@@ -23,7 +23,7 @@ import yaml
 
 from benchmark.openenv_env.client import ThinkingBoxEnv
 from benchmark.openenv_env.llm_hooks import as_messages
-from benchmark.procs import ServerProcess
+from benchmark.procs import ServerProcess, startup_timeout_s
 from benchmark.tasks import Task, resolve_data
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,7 +102,7 @@ class OpenEnvServer:
 
         self._pump = threading.Thread(target=pump, daemon=True)
         self._pump.start()
-        found.wait(120)
+        found.wait(startup_timeout_s())
         assert self.url, f"the server did not start: {''.join(self.lines)}"
 
     def stop(self) -> None:

@@ -11,7 +11,13 @@ import pytest
 
 from benchmark.fixtures import NOTES_ANNOUNCE, NOTES_SERVER
 from benchmark.perf_proxy import ProxyBenchError
-from benchmark.procs import ServerError, ServerProcess
+from benchmark.procs import (
+    START_TIMEOUT_ENV,
+    STARTUP_TIMEOUT_S,
+    ServerError,
+    ServerProcess,
+    startup_timeout_s,
+)
 
 SILENT = "import time; print('starting, never announcing', flush=True); time.sleep(60)"
 
@@ -43,6 +49,27 @@ def test_a_server_that_never_announces_times_out_and_is_stopped(tmp_path: Path) 
         server.wait_url(timeout_s=1.0)  # the benchmarks' error is the runner's: one except covers both
     assert server.stop(timeout_s=10) == -15  # SIGTERM
     assert server.name == f"{Path(sys.executable).name} -c"
+
+
+def test_the_start_timeout_is_the_environment_s_when_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(START_TIMEOUT_ENV, raising=False)
+    assert startup_timeout_s() == STARTUP_TIMEOUT_S >= 180
+    monkeypatch.setenv(START_TIMEOUT_ENV, "1")
+    server = ServerProcess([sys.executable, "-c", SILENT], tmp_path / "s.log", "listening on")
+    with pytest.raises(ServerError, match=r"did not start in 1 s"):
+        server.wait_url()  # no timeout given: the environment's
+    server.stop(timeout_s=10)
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-5", "inf", "nan", ""])
+def test_a_start_timeout_that_is_not_a_positive_number_is_an_error(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(START_TIMEOUT_ENV, value)
+    with pytest.raises(ValueError, match=START_TIMEOUT_ENV):
+        startup_timeout_s()
 
 
 def test_a_server_needs_a_command(tmp_path: Path) -> None:

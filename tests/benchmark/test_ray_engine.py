@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from benchmark.procs import startup_timeout_s
+
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = "sandbox_neobank*_00[12]"  # 10 tasks of one domain
 SHADOWGUARD = [str(Path(sys.executable).with_name("shadowguard"))]
@@ -73,7 +75,7 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Any:
     log = (temp / "head.log").open("w")
     env = os.environ | RAY_ENV
     head = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + startup_timeout_s()
     while time.monotonic() < deadline:
         assert head.poll() is None, (temp / "head.log").read_text()
         with socket.socket() as s:

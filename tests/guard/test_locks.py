@@ -20,14 +20,8 @@ from guard.policy import PolicyPackModel, compile_pack
 from guard.retry import RetryPolicy, VirtualClock
 from guard.session import GuardSession, ToolResult
 from guard.sql_backend import SqlBackend
+from tests.support.guardcore import notes, notes_metadata
 
-metadata = sa.MetaData()
-notes = sa.Table(
-    "notes",
-    metadata,
-    sa.Column("id", sa.String, primary_key=True),
-    sa.Column("body", sa.String, nullable=False),
-)
 TOOLS = {
     "get_note": ToolInfo(name="get_note", annotations={"readOnlyHint": True}),
     "put_note": ToolInfo(name="put_note", annotations={"readOnlyHint": False, "destructiveHint": False}),
@@ -64,7 +58,7 @@ PACK = compile_pack(
 def db(tmp_path: Path) -> Iterator[sa.Engine]:
     made = sqlite_engine(tmp_path / "notes.sqlite", timeout=0.2)
     with made.begin() as conn:
-        metadata.create_all(conn)
+        notes_metadata.create_all(conn)
         conn.execute(notes.insert(), [{"id": "n1", "body": "one"}, {"id": "n2", "body": "two"}])
     yield made
     made.dispose()

@@ -20,16 +20,10 @@ from sqlalchemy.pool import NullPool
 from guard.models import ChangeSet
 from guard.pg_capture import CAPTURE_SETTING, TRIGGER, VERSION_MARK, ensure_capture_triggers
 from guard.sql_backend import SqlBackend
+from tests.support.guardcore import notes, notes_metadata
 from tests.support.services import pg_engine_url, require_postgres
 
 SESSIONS = 6
-metadata = sa.MetaData()
-notes = sa.Table(
-    "notes",
-    metadata,
-    sa.Column("id", sa.Text, primary_key=True),
-    sa.Column("body", sa.Text, nullable=False),
-)
 
 
 @pytest.fixture
@@ -44,7 +38,7 @@ def engine() -> Iterator[sa.Engine]:
         pg_engine_url(), poolclass=NullPool, connect_args={"options": f"-csearch_path={schema}"}
     )
     with scoped.begin() as conn:
-        metadata.create_all(conn)
+        notes_metadata.create_all(conn)
     try:
         yield scoped
     finally:

@@ -17,13 +17,11 @@ proxy sends its webhook notices to a small receiver in the test process.
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +31,7 @@ import mcp.types as types
 import pytest
 from mcp import MCPError
 
-from guard.approvals import ApprovalQuery, ApprovalRequest, ApprovalState, SqlApprovalStore
-from guard.models import EffectClass
+from guard.approvals import ApprovalQuery, ApprovalState, SqlApprovalStore
 from proxy.held import HeldCalls
 from proxy.server import MAX_INPUT_ROUNDS
 from tests.support.approvals import (
@@ -42,6 +39,7 @@ from tests.support.approvals import (
     api,
     committed_note,
     decide,
+    delete_note_request,
     held_while,
     pending_approval,
     session_of,
@@ -55,6 +53,7 @@ from tests.support.proxy import (
     text,
     write_config,
 )
+from tests.support.webhook import WebhookReceiver
 
 pytestmark = pytest.mark.anyio
 ERAS = ["legacy", "2026-07-28"]
@@ -78,18 +77,6 @@ DECIDE_TIMEOUT_S = 60.0
 
 
 @dataclass
-class Notices:
-    """The webhook receiver: what the proxies POSTed."""
-
-    received: list[dict[str, Any]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def of(self, approval_id: str) -> list[dict[str, Any]]:
-        with self.lock:
-            return [n for n in self.received if n["approval"]["id"] == approval_id]
-
-
-@dataclass
 class Flow:
     """The upstream's database, the proxies with their approval stores and audit logs, the notices."""
 
@@ -97,22 +84,7 @@ class Flow:
     proxies: dict[str, Any]
     stores: dict[str, Path]
     audits: dict[str, Path]
-    notices: Notices
-
-
-def webhook_receiver(notices: Notices) -> ThreadingHTTPServer:
-    class Receive(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            with notices.lock:
-                notices.received.append(json.loads(body))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return None
-
-    return ThreadingHTTPServer(("127.0.0.1", 0), Receive)
+    notices: WebhookReceiver
 
 
 def proxy_config(folder: Path, url: str, pack: Path, hook: str, **approvals: Any) -> Path:
@@ -139,10 +111,8 @@ def flow(module_tmp: Path) -> Iterator[Flow]:
         "immediate": {"wait_s": 0, "expires_after_s": 300},
         "expiring": {"wait_s": 30, "expires_after_s": 1},
     }
-    notices = Notices()
-    receiver = webhook_receiver(notices)
-    threading.Thread(target=receiver.serve_forever, daemon=True).start()
-    hook = f"http://127.0.0.1:{receiver.server_address[1]}/hooks/approvals"
+    notices = WebhookReceiver()
+    hook = notices.start()
     try:
         configs = {
             name: proxy_config(module_tmp / name, notes.url, pack, hook, **approvals)
@@ -158,8 +128,7 @@ def flow(module_tmp: Path) -> Iterator[Flow]:
             )
     finally:
         notes.stop()
-        receiver.shutdown()
-        receiver.server_close()
+        notices.stop()
 
 
 async def refused(agent: Any, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
@@ -246,14 +215,7 @@ async def test_approved_through_the_api_the_waiting_call_runs_once_then_commits(
             "used",
         )
         assert note in notes_rows(flow.db), "run in the session's transaction, not committed yet"
-        committed = await agent.call("commit")
-        assert not committed.is_error, text(committed)
-        assert committed.structured_content == {
-            "committed": True,
-            "changes": 1,
-            "applied_calls": 0,
-            "violations": [],
-        }
+        assert await agent.commit() == {"committed": True, "changes": 1, "applied_calls": 0, "violations": []}
     assert note not in notes_rows(flow.db)
 
     with store_of(flow, "waiting") as store:
@@ -284,9 +246,7 @@ async def test_rejected_through_the_api_the_reason_reaches_the_waiting_agent(flo
         assert verdict["approval_id"] == pending["id"] and verdict["approval_state"] == "rejected"
         assert "This note is under legal hold." in text(rejected)
         assert "by maria" in text(rejected)
-        committed = await agent.call("commit")
-        assert not committed.is_error and committed.structured_content is not None
-        assert committed.structured_content["changes"] == 0
+        assert (await agent.commit())["changes"] == 0
     assert note in notes_rows(flow.db), "a rejected call is not done"
 
 
@@ -326,9 +286,9 @@ async def test_pending_at_once_then_sent_again_after_approval(flow: Flow, mode: 
         assert "send exactly the same call again" in shown and "Do not change the arguments" in shown
         assert verdict["hint"]["retryable"] is True
         with anyio.fail_after(DECIDE_TIMEOUT_S):
-            while not flow.notices.of(approval_id):
+            while not flow.notices.notices_of(approval_id):
                 await anyio.sleep(0.05)
-        [notice] = flow.notices.of(approval_id)
+        [notice] = flow.notices.notices_of(approval_id)
         assert notice["event"] == "approval.requested"
         assert notice["approval"]["tool"] == "delete_note" and notice["approval"]["tables"] == ["notes"]
         assert notice["review_url"] == f"{proxy.base}/review/{approval_id}"
@@ -336,7 +296,7 @@ async def test_pending_at_once_then_sent_again_after_approval(flow: Flow, mode: 
 
         again = await agent.refused("delete_note", {"id": note})
         assert again["verdict"] == "held" and again["approval_id"] == approval_id, "still the same request"
-        assert len(flow.notices.of(approval_id)) == 1, "no second notice for the same request"
+        assert len(flow.notices.notices_of(approval_id)) == 1, "no second notice for the same request"
         refused_commit = await agent.call("commit")
         assert refused_commit.is_error and refused_commit.structured_content is not None
         assert [v["rule_id"] for v in refused_commit.structured_content["violations"]] == ["approval_pending"]
@@ -352,8 +312,7 @@ async def test_pending_at_once_then_sent_again_after_approval(flow: Flow, mode: 
 
         reused = await refused(agent, "delete_note", {"id": note}, meta={"shadowguard/approval": approval_id})
         assert (reused["error_class"], reused["violations"][0]["rule_id"]) == ("conflict", "approval_used")
-        committed = await agent.call("commit")
-        assert not committed.is_error, text(committed)
+        await agent.commit()
     assert note not in notes_rows(flow.db)
 
 
@@ -504,16 +463,7 @@ async def test_the_sweep_expires_requests_nobody_reads(tmp_path: Path) -> None:
     store = SqlApprovalStore(f"sqlite:///{tmp_path / 'approvals.db'}", clock=lambda: now[0])
     held = HeldCalls(store, expires_after_s=60, wait_s=0, poll_s=0.05, consumer="test")
     try:
-        request = ApprovalRequest(
-            principal=None,
-            session_id="s1",
-            tool="delete_note",
-            arguments={"id": "x"},
-            effect=EffectClass.IRREVERSIBLE,
-            rule_id="notes.delete_needs_review",
-            policy_version="sha256:0",
-            expires_at=now[0] + timedelta(seconds=60),
-        )
+        request = delete_note_request(now[0] + timedelta(seconds=60))
         first, second = store.create(request), store.create(request)
         assert {a.id for a in held.pending("s1", None)} == {first.id, second.id}
         assert await held.sweep() == []

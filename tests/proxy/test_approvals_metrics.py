@@ -25,9 +25,8 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +39,11 @@ from guard.approvals import (
     Approval,
     ApprovalEvent,
     ApprovalQuery,
-    ApprovalRequest,
     ApprovalState,
     SqlApprovalStore,
     open_approval_store,
 )
 from guard.approvals.transitions import TransitionStore
-from guard.models import EffectClass
 from tests.support.approvals import (
     REVIEWERS_AUTH,
     VIEWER_TOKEN,
@@ -54,6 +51,7 @@ from tests.support.approvals import (
     bearer,
     committed_note,
     decide,
+    delete_note_request,
     held_while,
     pending_approval,
     session_of,
@@ -67,6 +65,7 @@ from tests.support.proxy import (
     text,
     write_config,
 )
+from tests.support.webhook import WebhookReceiver
 
 pytestmark = pytest.mark.anyio
 TIMEOUT_S = 60.0
@@ -85,58 +84,18 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 @dataclass
-class Receiver:
-    """A webhook receiver answering every POST with ``status``; keeps the approval ids it was sent."""
-
-    status: int
-    received: list[str] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    server: ThreadingHTTPServer | None = None
-
-    def start(self) -> str:
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with receiver.lock:
-                    receiver.received.append(body["approval"]["id"])
-                self.send_response(receiver.status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return None
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        ).start()
-        return f"http://127.0.0.1:{self.server.server_address[1]}/hooks/approvals"
-
-    def of(self, approval_id: str) -> int:
-        with self.lock:
-            return self.received.count(approval_id)
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-
-
-@dataclass
 class Rig:
     db: Path
     proxies: dict[str, Any]
     stores: dict[str, Path]
-    failing: Receiver
+    failing: WebhookReceiver
 
 
 @pytest.fixture(scope="module")
 def rig(module_tmp: Path) -> Iterator[Rig]:
     db = module_tmp / "notes.sqlite"
     notes = notes_http(db).ready()
-    taking, failing = Receiver(204), Receiver(500)
+    taking, failing = WebhookReceiver([204]), WebhookReceiver([500])
     hooks = {"taking": taking.start(), "failing": failing.start()}
     settings = {
         "waiting": ({"wait_s": 30, "expires_after_s": 300}, "taking"),
@@ -426,7 +385,8 @@ async def test_a_request_nobody_reads_is_expired_by_the_sweep_and_its_failed_not
         assert moved(before, after, REQUESTED, upstream="notes", tool="delete_note") == 1
         assert finished(before, after) == {"used": 0, "returned_to_review": 0, "expired": 1, "cancelled": 0}
         assert moved(before, after, DELIVERIES, result="delivered") == 0
-        assert rig.failing.of(approval_id) == 2, "two attempts (webhook.max_attempts), one failed notice"
+        attempts = rig.failing.notices_of(approval_id)
+        assert len(attempts) == 2, "two attempts (webhook.max_attempts), one failed notice"
         store = SqlApprovalStore(f"sqlite:///{rig.stores['sweeping']}")
         try:
             assert store.get(approval_id).state is ApprovalState.EXPIRED
@@ -493,16 +453,7 @@ def test_two_replicas_racing_for_the_same_transitions_report_each_once(
             assert isinstance(store, TransitionStore)
             store.add_listener(listener(name))
         a, b = replicas["a"], replicas["b"]
-        request = ApprovalRequest(
-            principal="agent",
-            session_id="s1",
-            tool="delete_note",
-            arguments={"id": "x"},
-            effect=EffectClass.IRREVERSIBLE,
-            rule_id="notes.delete_needs_review",
-            policy_version="sha256:0",
-            expires_at=now[0] + timedelta(seconds=60),
-        )
+        request = delete_note_request(now[0] + timedelta(seconds=60), principal="agent")
         made = [a.create(request) for _ in range(12)]
         decided, cancelled, due = made[0], made[1], [m.id for m in made[2:]]
         b.decide(decided.id, approve=True, reviewer="maria", reason=None)

@@ -7,12 +7,8 @@ import hmac
 import json
 import logging
 import socket
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
 
@@ -20,6 +16,7 @@ from guard.approvals import Approval, ApprovalRequest
 from guard.models import ChangeSet, EffectClass, RowChange
 from proxy.approvals.webhook import SIGNATURE_HEADER, WebhookNotifier
 from proxy.config import ConfigError, WebhookConfig
+from tests.support.webhook import WebhookReceiver
 
 pytestmark = pytest.mark.anyio
 
@@ -27,44 +24,13 @@ SECRET = "webhook-test-key"
 LOGGER = "proxy.approvals.webhook"
 
 
-@dataclass
-class Receiver:
-    """Answers each POST with the next scripted status (the last one repeats) and records what came."""
-
-    statuses: list[int]
-    url: str = ""
-    received: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def answer(self, headers: dict[str, str], body: bytes) -> int:
-        with self.lock:
-            self.received.append((headers, body))
-            return self.statuses[min(len(self.received), len(self.statuses)) - 1]
-
-
 @pytest.fixture
-def receiver(request: pytest.FixtureRequest) -> Iterator[Receiver]:
-    state = Receiver(statuses=list(getattr(request, "param", [204])))
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            status = state.answer({k.lower(): v for k, v in self.headers.items()}, body)
-            self.send_response(status)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/hooks/approvals"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
+def receiver(request: pytest.FixtureRequest) -> Iterator[WebhookReceiver]:
+    """A started receiver answering with the test's statuses (``indirect`` parameter; default 204)."""
+    state = WebhookReceiver(statuses=list(getattr(request, "param", [204])))
+    state.start()
     yield state
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    state.stop()
 
 
 def approval() -> Approval:
@@ -109,7 +75,7 @@ def test_a_named_but_unset_secret_is_a_config_error(monkeypatch: pytest.MonkeyPa
 
 
 async def test_signed_notice_is_delivered(
-    receiver: Receiver, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    receiver: WebhookReceiver, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("SG_TEST_WEBHOOK_SECRET", SECRET)
     config = WebhookConfig(url=receiver.url, secret_env="SG_TEST_WEBHOOK_SECRET")
@@ -142,7 +108,7 @@ async def test_signed_notice_is_delivered(
     assert errors(caplog) == []
 
 
-async def test_unsigned_without_a_secret(receiver: Receiver) -> None:
+async def test_unsigned_without_a_secret(receiver: WebhookReceiver) -> None:
     notifier = WebhookNotifier.from_config(WebhookConfig(url=receiver.url), review_url=None)
     assert notifier is not None
 
@@ -155,7 +121,7 @@ async def test_unsigned_without_a_secret(receiver: Receiver) -> None:
 
 @pytest.mark.parametrize("receiver", [[500, 503, 200]], indirect=True)
 async def test_server_errors_are_retried_until_delivered(
-    receiver: Receiver, caplog: pytest.LogCaptureFixture
+    receiver: WebhookReceiver, caplog: pytest.LogCaptureFixture
 ) -> None:
     notifier = WebhookNotifier(receiver.url, secret=SECRET.encode(), max_attempts=3, backoff_s=0.01)
 
@@ -166,30 +132,27 @@ async def test_server_errors_are_retried_until_delivered(
     assert errors(caplog) == []
 
 
-@pytest.mark.parametrize("receiver", [[500]], indirect=True)
-async def test_a_receiver_that_always_fails_is_logged_not_raised(
-    receiver: Receiver, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    ("receiver", "attempts"),
+    [
+        pytest.param([500], 4, id="a-failing-receiver-is-tried-max_attempts-times"),
+        pytest.param([403], 1, id="a-refusal-is-not-retried"),
+    ],
+    indirect=["receiver"],
+)
+async def test_a_receiver_that_always_answers_an_error_is_logged_not_raised(
+    receiver: WebhookReceiver, attempts: int, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Every answer of the receiver is its one status: a server error is retried up to
+    ``max_attempts`` (4), a refusal is not; either way one error is logged and nothing raised."""
     notifier = WebhookNotifier(receiver.url, max_attempts=4, backoff_s=0.01)
     held = approval()
 
     await notifier.requested(held)
 
-    assert len(receiver.received) == 4
+    assert len(receiver.received) == attempts
     [message] = errors(caplog)
-    assert held.id in message and "HTTP 500" in message
-
-
-@pytest.mark.parametrize("receiver", [[403]], indirect=True)
-async def test_a_refusal_is_not_retried(receiver: Receiver, caplog: pytest.LogCaptureFixture) -> None:
-    notifier = WebhookNotifier(receiver.url, max_attempts=3, backoff_s=0.01)
-    held = approval()
-
-    await notifier.requested(held)
-
-    assert len(receiver.received) == 1
-    [message] = errors(caplog)
-    assert held.id in message and "HTTP 403" in message
+    assert held.id in message and f"HTTP {receiver.statuses[0]}" in message
 
 
 async def test_an_unreachable_receiver_is_logged_without_the_url_path(

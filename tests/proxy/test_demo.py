@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from benchmark.procs import startup_timeout_s
 from guard.effects import ToolInfo, classify
 from guard.models import EffectClass, Verdict
 from guard.policy import load_policy
@@ -68,6 +69,11 @@ def balances(db: Path) -> dict[str, str]:
     finally:
         engine.dispose()
     return {row[0]: f"{row[1] / 100:.2f}" for row in rows}
+
+
+def transfer_args(source: str, target: str, amount: float | str, memo: str = "") -> dict[str, Any]:
+    """The arguments of a ``transfer_funds`` call (``amount`` as sent: a string is a wrong type)."""
+    return {"from_account": source, "to_account": target, "amount": amount, "memo": memo}
 
 
 async def in_thread(func: Callable[[], T]) -> T:
@@ -119,10 +125,7 @@ async def test_the_three_tools_commit_at_once_without_a_transaction(db: Path) ->
         assert not renamed.is_error
         assert renamed.structured_content is not None
         assert renamed.structured_content["account"]["name"] == "Rainy day"
-        moved = await client.call_tool(
-            "transfer_funds",
-            {"from_account": "acc-alice", "to_account": "acc-bob", "amount": 12.5, "memo": "lunch"},
-        )
+        moved = await client.call_tool("transfer_funds", transfer_args("acc-alice", "acc-bob", 12.5, "lunch"))
         assert not moved.is_error
         body = json.loads(text(moved))
         assert body["transfer"]["amount"] == "12.50"
@@ -134,31 +137,11 @@ async def test_the_three_tools_commit_at_once_without_a_transaction(db: Path) ->
 
 
 BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
-    (
-        "transfer_funds",
-        {"from_account": "acc-x", "to_account": "acc-bob", "amount": 1, "memo": ""},
-        "Unknown account: acc-x",
-    ),
-    (
-        "transfer_funds",
-        {"from_account": "acc-bob", "to_account": "acc-bob", "amount": 1, "memo": ""},
-        "must differ",
-    ),
-    (
-        "transfer_funds",
-        {"from_account": "acc-alice", "to_account": "acc-bob", "amount": 0.001, "memo": ""},
-        "2 decimals",
-    ),
-    (
-        "transfer_funds",
-        {"from_account": "acc-alice", "to_account": "acc-bob", "amount": -5, "memo": ""},
-        "positive",
-    ),
-    (
-        "transfer_funds",
-        {"from_account": "acc-alice", "to_account": "acc-bob", "amount": "5", "memo": ""},
-        "a number",
-    ),
+    ("transfer_funds", transfer_args("acc-x", "acc-bob", 1), "Unknown account: acc-x"),
+    ("transfer_funds", transfer_args("acc-bob", "acc-bob", 1), "must differ"),
+    ("transfer_funds", transfer_args("acc-alice", "acc-bob", 0.001), "2 decimals"),
+    ("transfer_funds", transfer_args("acc-alice", "acc-bob", -5), "positive"),
+    ("transfer_funds", transfer_args("acc-alice", "acc-bob", "5"), "a number"),
     (
         "transfer_funds",
         {"from_account": "acc-alice", "to_account": "acc-bob", "amount": 5},
@@ -198,10 +181,7 @@ async def test_begin_savepoint_changes_rollback_through_remote_backend(db: Path)
             remote.release(first)
 
             second = remote.savepoint()
-            moved = remote.call_tool(
-                "transfer_funds",
-                {"from_account": "acc-alice", "to_account": "acc-bob", "amount": 100, "memo": "rent"},
-            )
+            moved = remote.call_tool("transfer_funds", transfer_args("acc-alice", "acc-bob", 100, "rent"))
             assert not moved.is_error
             ops = [(c.table, c.op) for c in remote.changes(second)]
             assert ops == [("accounts", "update"), ("accounts", "update"), ("transfers", "insert")]
@@ -225,10 +205,7 @@ async def test_commit_makes_the_shadow_changes_durable_and_sessions_are_isolated
         def work() -> RemoteBackend:
             remote = RemoteBackend(client.session, meta={SESSION_META_KEY: "agent-1"}, timeout=30)
             remote.begin()
-            remote.call_tool(
-                "transfer_funds",
-                {"from_account": "acc-bob", "to_account": "acc-alice", "amount": 10, "memo": "refund"},
-            )
+            remote.call_tool("transfer_funds", transfer_args("acc-bob", "acc-alice", 10, "refund"))
             other = RemoteBackend(client.session, meta={SESSION_META_KEY: "agent-2"}, timeout=30)
             other.begin()
             assert len(remote.changes()) == 3
@@ -274,22 +251,10 @@ async def test_example_pack_guards_the_demo_app(db: Path) -> None:
             remote = RemoteBackend(client.session, timeout=30)
             session = GuardSession(remote, remote.executor(), tools, pack, session_id="demo")
             renamed = session.call("rename_account", {"account_id": "acc-alice", "name": "Household"})
-            overdraft = session.call(
-                "transfer_funds",
-                {"from_account": "acc-bob", "to_account": "acc-alice", "amount": 500, "memo": "too much"},
-            )
-            frozen = session.call(
-                "transfer_funds",
-                {"from_account": "acc-alice", "to_account": "acc-carol", "amount": 5, "memo": "gift"},
-            )
-            large = session.call(
-                "transfer_funds",
-                {"from_account": "acc-alice", "to_account": "acc-bob", "amount": 1200, "memo": "car"},
-            )
-            fine = session.call(
-                "transfer_funds",
-                {"from_account": "acc-alice", "to_account": "acc-bob", "amount": 25, "memo": "books"},
-            )
+            overdraft = session.call("transfer_funds", transfer_args("acc-bob", "acc-alice", 500, "too much"))
+            frozen = session.call("transfer_funds", transfer_args("acc-alice", "acc-carol", 5, "gift"))
+            large = session.call("transfer_funds", transfer_args("acc-alice", "acc-bob", 1200, "car"))
+            fine = session.call("transfer_funds", transfer_args("acc-alice", "acc-bob", 25, "books"))
             blank = session.call("rename_account", {"account_id": "acc-bob", "name": "  "})
             refused = session.commit()
             session.call("rename_account", {"account_id": "acc-bob", "name": "Savings"})
@@ -414,22 +379,21 @@ async def test_the_demo_config_over_stdio_as_a_desktop_client_runs_it(db: Path, 
     command = _shadowguard("serve", "--stdio", "--config", str(DEMO_CONFIG))
     params = StdioServerParameters(command=command[0], args=command[1:], env=env)
     errlog = tmp_path / "stderr.txt"
-    large = {"from_account": "acc-alice", "to_account": "acc-bob", "amount": 1200, "memo": "car"}
+    large = transfer_args("acc-alice", "acc-bob", 1200, "car")
     with errlog.open("w", encoding="utf-8") as sink:
         async with Client(
-            stdio_client(params, errlog=sink), mode="legacy", cache=None, read_timeout_seconds=60
+            stdio_client(params, errlog=sink),
+            mode="legacy",
+            cache=None,
+            read_timeout_seconds=startup_timeout_s(),
         ) as client:
             names = [t.name for t in (await client.list_tools()).tools]
             assert names[:3] == ["list_accounts", "rename_account", "transfer_funds"] and "commit" in names
-            moved = await client.call_tool(
-                "transfer_funds",
-                {"from_account": "acc-bob", "to_account": "acc-alice", "amount": 10, "memo": "x"},
-            )
+            moved = await client.call_tool("transfer_funds", transfer_args("acc-bob", "acc-alice", 10, "x"))
             assert not moved.is_error, text(moved)
             assert balances(db)["acc-bob"] == "310.00"  # still in the shadow transaction
             overdraft = await client.call_tool(
-                "transfer_funds",
-                {"from_account": "acc-bob", "to_account": "acc-alice", "amount": 900, "memo": "x"},
+                "transfer_funds", transfer_args("acc-bob", "acc-alice", 900, "x")
             )
             assert overdraft.is_error and "example.no_overdraft" in text(overdraft)
 

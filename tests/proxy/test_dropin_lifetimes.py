@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
+from benchmark.procs import startup_timeout_s
 from guard.approvals import ApprovalQuery, ApprovalState, SqlApprovalStore
 from proxy.approvals.auth import hash_token
 from proxy.config import UpstreamConfig
@@ -34,6 +34,7 @@ from tests.support.proxy import (
     NOTES_APPROVALS_POLICY,
     NOTES_POLICY,
     Agent,
+    ended,
     initialize_request,
     notes_http_upstream,
     notes_rows,
@@ -176,7 +177,9 @@ async def test_stdio_mode_starts_when_the_configs_port_is_taken(module_tmp: Path
         from mcp.client.stdio import stdio_client
 
         with errlog.open("w") as sink:
-            async with Client(stdio_client(params, errlog=sink), cache=None, read_timeout_seconds=60) as c:
+            async with Client(
+                stdio_client(params, errlog=sink), cache=None, read_timeout_seconds=startup_timeout_s()
+            ) as c:
                 assert "get_note" in {t.name for t in (await c.list_tools()).tools}
         said = errlog.read_text()
         assert f"port {port} is in use" in said and "listening on http://127.0.0.1:" in said, said
@@ -192,10 +195,7 @@ async def test_an_http_session_whose_client_is_gone_is_reclaimed_on_its_lease(
     async with proxy.running(), Client(proxy.server, cache=None) as client:
         agent = Agent(client, session)
         await agent.ok("put_note", {"id": note, "body": "never committed"})
-        with anyio.fail_after(30):
-            while sessions.get(session) is not None:
-                await anyio.sleep(0.05)
-        assert sessions.ended(session) == "lease"
+        assert await ended(sessions, session) == "lease"
         late = await agent.call("commit")
         assert late.is_error and "lease" in text(late)
     assert note not in notes_rows(module_tmp / "lease.sqlite")

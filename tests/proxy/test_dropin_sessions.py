@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ import httpx2
 import pytest
 from mcp import Client
 
-from tests.support.processes import SHADOWGUARD, notes_http, shadowguard_serving
+from tests.support.processes import notes_http, shadowguard_serve_refused, shadowguard_serving
 from tests.support.proxy import (
     Agent,
     agent_on,
@@ -275,14 +274,7 @@ def test_require_reviewers_refuses_to_start_without_one(module_tmp: Path) -> Non
             http={"host": "127.0.0.1", "port": 0},
             approvals={"require_reviewers": True, "store": f"sqlite:///{module_tmp / 'require.db'}"},
         )
-        run = subprocess.run(
-            [SHADOWGUARD, "serve", "--config", str(config)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        refusal = shadowguard_serve_refused(config)
     finally:
         notes.stop()
-    assert run.returncode == 1, run.stderr
-    assert "delete_note" in run.stderr and "approvals.require_reviewers" in run.stderr
+    assert "delete_note" in refusal and "approvals.require_reviewers" in refusal

@@ -47,7 +47,7 @@ def notes(tmp_path: Path) -> Iterator[NotesServer]:
     process.stop()
 
 
-def proxy_for(tmp: Path, upstream: dict[str, Any]) -> Any:
+def proxy_for(tmp: Path, upstream: dict[str, Any]) -> Process:
     config = write_config(
         tmp / "proxy.yaml",
         [upstream],
@@ -57,50 +57,44 @@ def proxy_for(tmp: Path, upstream: dict[str, Any]) -> Any:
     return shadowguard_serve(config).ready()
 
 
+@pytest.fixture
+def proxy(tmp_path: Path, notes: NotesServer) -> Iterator[Process]:
+    """``shadowguard serve`` on the notes fixture, its sessions in SQLite; stopped afterwards (a test may
+    stop or kill it first)."""
+    process = proxy_for(tmp_path, notes_http_upstream(notes.url))
+    yield process
+    process.stop()
+
+
 def kill_and_wait(process: Any) -> None:
     kill(process.proc.pid)
     process.proc.wait(timeout=60)
 
 
 async def test_a_killed_proxys_transaction_is_rolled_back_when_its_lease_lapses(
-    tmp_path: Path, notes: NotesServer
+    proxy: Process, notes: NotesServer
 ) -> None:
-    proxy = proxy_for(
-        tmp_path,
-        notes_http_upstream(notes.url),
-    )
     note = f"lease-{uuid.uuid4().hex[:8]}"
-    try:
-        async with agent_on(proxy.url, MODERN) as agent:
-            await agent.ok("put_note", {"id": note, "body": "never committed", "status": "draft"})
-            assert direct_write(notes.db, timeout=0.2) == "database is locked", (
-                "the session holds the write lock"
-            )
-        kill_and_wait(proxy)
-        deadline = time.monotonic() + WAIT_S
-        while (error := direct_write(notes.db, timeout=0.2)) is not None and time.monotonic() < deadline:
-            await anyio.sleep(0.2)
-        assert error is None, f"still locked {WAIT_S:.0f} s after the kill: {error}"
-        assert note not in notes_rows(notes.db), "rolled back, not committed"
-    finally:
-        proxy.stop()
+    async with agent_on(proxy.url, MODERN) as agent:
+        await agent.ok("put_note", {"id": note, "body": "never committed", "status": "draft"})
+        assert direct_write(notes.db, timeout=0.2) == "database is locked", "the session holds the write lock"
+    kill_and_wait(proxy)
+    deadline = time.monotonic() + WAIT_S
+    while (error := direct_write(notes.db, timeout=0.2)) is not None and time.monotonic() < deadline:
+        await anyio.sleep(0.2)
+    assert error is None, f"still locked {WAIT_S:.0f} s after the kill: {error}"
+    assert note not in notes_rows(notes.db), "rolled back, not committed"
 
 
-async def test_a_quiet_agents_transaction_outlives_the_lease(tmp_path: Path, notes: NotesServer) -> None:
+async def test_a_quiet_agents_transaction_outlives_the_lease(proxy: Process, notes: NotesServer) -> None:
     """The proxy renews the lease while the agent sends nothing for several leases."""
-    proxy = proxy_for(
-        tmp_path,
-        notes_http_upstream(notes.url),
-    )
     note = f"quiet-{uuid.uuid4().hex[:8]}"
-    try:
-        async with agent_on(proxy.url, MODERN) as agent:
-            await agent.ok("put_note", {"id": note, "body": "thought about", "status": "draft"})
-            await anyio.sleep(LEASE_S * 3)
-            await agent.ok("commit")
-        assert notes_rows(notes.db)[note]["body"] == "thought about"
-    finally:
-        assert proxy.stop() == 0, proxy.log.read_text()
+    async with agent_on(proxy.url, MODERN) as agent:
+        await agent.ok("put_note", {"id": note, "body": "thought about", "status": "draft"})
+        await anyio.sleep(LEASE_S * 3)
+        await agent.ok("commit")
+    assert notes_rows(notes.db)[note]["body"] == "thought about"
+    assert proxy.stop() == 0, proxy.log.read_text()
 
 
 async def test_the_postgresql_env_server_frees_a_killed_proxys_session(tmp_path: Path, bench: Any) -> None:

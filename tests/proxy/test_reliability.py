@@ -114,6 +114,21 @@ def proxy(module_tmp: Path, notes: NotesServer, policy: Path) -> Iterator[Any]:
     assert process.stop() == 0, process.log.read_text()
 
 
+def stdio_notes_config(folder: Path, name: str, marker: str, policy: Path) -> tuple[Path, Path]:
+    """A proxy config ``folder/name.yaml`` whose notes upstream runs over stdio (started by the proxy,
+    marked with ``marker``) on ``folder/name.sqlite``, with approval and session stores of its own in
+    SQLite: returns the notes database and the config."""
+    db = folder / f"{name}.sqlite"
+    config = write_config(
+        folder / f"{name}.yaml",
+        [notes_upstream(db, marker, policy=str(policy))],
+        http={"host": "127.0.0.1", "port": 0},
+        approvals={"store": f"sqlite:///{folder / f'{name}-approvals.db'}", "wait_s": 0},
+        sessions={"store": f"sqlite:///{folder / f'{name}-sessions.db'}"},
+    )
+    return db, config
+
+
 def audit_records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
@@ -250,14 +265,7 @@ async def test_session_ids_with_slashes_are_addressable(proxy: Any) -> None:
 async def test_a_commit_after_kill_9_and_restart_is_refused_as_lost(
     module_tmp: Path, policy: Path, marker: str
 ) -> None:
-    db = module_tmp / "crash.sqlite"
-    config = write_config(
-        module_tmp / "crash.yaml",
-        [notes_upstream(db, marker, policy=str(policy))],
-        http={"host": "127.0.0.1", "port": 0},
-        approvals={"store": f"sqlite:///{module_tmp / 'crash-approvals.db'}", "wait_s": 0},
-        sessions={"store": f"sqlite:///{module_tmp / 'crash-sessions.db'}"},
-    )
+    db, config = stdio_notes_config(module_tmp, "crash", marker, policy)
     process = shadowguard_serve(config).ready()
     note = f"c-{uuid.uuid4().hex[:8]}"
     try:
@@ -411,14 +419,7 @@ async def test_sigterm_stops_the_proxy_promptly_while_a_call_is_retrying(
 ) -> None:
     """Another writer holds the upstream's write lock, so a session's write is retried by the guard
     (up to its 30 s deadline); SIGTERM must not wait for that."""
-    db = module_tmp / "stop.sqlite"
-    config = write_config(
-        module_tmp / "stop.yaml",
-        [notes_upstream(db, marker, policy=str(policy))],
-        http={"host": "127.0.0.1", "port": 0},
-        approvals={"store": f"sqlite:///{module_tmp / 'stop-approvals.db'}", "wait_s": 0},
-        sessions={"store": f"sqlite:///{module_tmp / 'stop-sessions.db'}"},
-    )
+    db, config = stdio_notes_config(module_tmp, "stop", marker, policy)
     process = shadowguard_serve(config).ready()
     holder: sqlite3.Connection | None = None
     try:

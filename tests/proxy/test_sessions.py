@@ -22,7 +22,7 @@ from proxy.registry import SessionRegistry
 from proxy.server import GuardProxy, session_identity
 from proxy.sessions import RollbackOutcome
 from proxy.upstreams import Upstream
-from tests.support.proxy import NOTES_POLICY, RETAIL_POLICY, Agent, notes_rows, text, write_config
+from tests.support.proxy import NOTES_POLICY, RETAIL_POLICY, Agent, ended, notes_rows, text, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -58,10 +58,7 @@ async def test_idle_session_is_rolled_back_never_committed(upstreams: Any) -> No
     async with proxy.running(), Client(proxy.server, cache=None) as client:
         agent = Agent(client, session)
         await agent.ok("put_note", {"id": note, "body": "never committed"})
-        with anyio.fail_after(10):
-            while sessions.get(session) is not None:
-                await anyio.sleep(0.05)
-        assert sessions.ended(session) == "idle"
+        assert await ended(sessions, session) == "idle"
         assert [(s, reason) for s, reason, _ in events.rollbacks] == [(session, "idle")]
         assert note not in notes_rows(upstreams.notes_db)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,11 @@ import anyio
 import httpx2
 import mcp.types as types
 
+from guard.approvals import ApprovalRequest
+from guard.models import EffectClass
 from proxy.approvals.auth import hash_token
 from tests.support.processes import Process
-from tests.support.proxy import Agent, notes_rows, outcome_meta, text
+from tests.support.proxy import Agent, notes_rows, outcome_meta
 
 APPROVER_TOKEN = "approver-" + uuid.uuid4().hex
 VIEWER_TOKEN = "viewer-" + uuid.uuid4().hex
@@ -54,8 +57,7 @@ async def decide(http: httpx2.AsyncClient, approval_id: str, decision: str, reas
 async def committed_note(agent: Agent, db: Path, note: str, body: str = "keep me") -> None:
     """The agent writes ``note`` and commits; it is then in the notes database ``db``."""
     await agent.ok("put_note", {"id": note, "body": body, "status": "published"})
-    committed = await agent.call("commit")
-    assert not committed.is_error, text(committed)
+    await agent.commit()
     assert note in notes_rows(db)
 
 
@@ -97,3 +99,18 @@ async def held_while(agent: Agent, note: str, step: Callable[[], Awaitable[objec
         await step()
     [result] = results
     return result
+
+
+def delete_note_request(expires_at: datetime, *, principal: str | None = None) -> ApprovalRequest:
+    """A held ``delete_note`` call of session ``s1`` under the notes approvals pack's review rule, as
+    the proxy would file it; a test creates it in a store directly."""
+    return ApprovalRequest(
+        principal=principal,
+        session_id="s1",
+        tool="delete_note",
+        arguments={"id": "x"},
+        effect=EffectClass.IRREVERSIBLE,
+        rule_id="notes.delete_needs_review",
+        policy_version="sha256:0",
+        expires_at=expires_at,
+    )

@@ -3,6 +3,8 @@ SQLite (one in-memory connection), a handful of tools over it, and a pack writte
 
 Nothing here reads the benchmark data bundle, so tests on it run wherever the package installs.
 
+Also a bare ``notes`` table (id, body) for tests of the guard's database handling.
+
 Tools: ``get_order`` (read), ``cancel_order`` (write: status to ``cancelled``; an error result for an
 unknown order), ``set_total`` (write: the order's total), ``add_order`` (write: a new order row).
 """
@@ -40,6 +42,15 @@ orders = sa.Table(
     sa.Column("total", sa.Float, nullable=False),
 )
 SCHEMA = {t.name: [c.name for c in t.columns] for t in metadata.sorted_tables}
+notes_metadata = sa.MetaData()
+notes = sa.Table(
+    "notes",
+    notes_metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("body", sa.Text, nullable=False),
+)
+"""A notes table of its own (``notes_metadata``) for the guard's lock and capture tests, which need a
+real database file or PostgreSQL rather than the shop's in-memory one."""
 CUSTOMERS = [{"id": "C1", "name": "Ada"}, {"id": "C2", "name": "Brook"}]
 ORDERS = [
     {"id": "O1", "customer_id": "C1", "status": "processing", "total": 40.0},

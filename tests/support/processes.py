@@ -19,11 +19,11 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from benchmark.fixtures import NOTES_SERVER as NOTES_SERVER
+from benchmark.procs import startup_timeout_s
 
 ROOT = Path(__file__).resolve().parents[2]
 SHADOWGUARD = str(Path(sys.executable).parent / "shadowguard")
 MARKER_ENV = "SG_TEST_MARKER"
-STARTUP_TIMEOUT_S = 90.0
 RETAIL_SERVE = [SHADOWGUARD, "env", "serve", "--domain", "sandbox_external_retail"]
 
 
@@ -55,7 +55,7 @@ class Process:
         return self
 
     def _wait(self, announce: str) -> str:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        deadline = time.monotonic() + startup_timeout_s()
         while time.monotonic() < deadline:
             for line in self.log.read_text(errors="replace").splitlines():
                 if announce in line and "http://" in line:
@@ -142,6 +142,20 @@ def shadowguard_serve(config: Path) -> Process:
     )
 
 
+def shadowguard_serve_refused(config: Path) -> str:
+    """Runs ``shadowguard serve --config config``, which must refuse to start (exit 1, within the start
+    timeout); returns its stderr, which says why."""
+    done = subprocess.run(
+        [SHADOWGUARD, "serve", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=startup_timeout_s(),
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    return done.stderr
+
+
 @contextmanager
 def shadowguard_serving(configs: Mapping[str, Path]) -> Iterator[dict[str, Process]]:
     """:func:`shadowguard_serve` for each config by name, started together and ready; on exit every
@@ -174,7 +188,7 @@ def serving(app: ASGIApp) -> Iterator[str]:
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()
         try:
-            deadline = time.monotonic() + STARTUP_TIMEOUT_S
+            deadline = time.monotonic() + startup_timeout_s()
             while not server.started:
                 if not thread.is_alive() or time.monotonic() > deadline:
                     raise RuntimeError("the test server did not start")

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
+import anyio
 import mcp.types as types
 import yaml
 from mcp import Client
@@ -96,12 +97,29 @@ class Agent:
     async def json(self, name: str, arguments: Mapping[str, Any] | None = None) -> Any:
         return json.loads(await self.ok(name, arguments))
 
+    async def commit(self) -> dict[str, Any]:
+        """Commits the guard session; the commit must succeed. Returns its structured result
+        (``committed``, ``changes``, ``applied_calls``, ``violations``)."""
+        result = await self.call("commit")
+        assert not result.is_error, text(result)
+        assert result.structured_content is not None, text(result)
+        return dict(result.structured_content)
+
     async def refused(self, name: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The structured guard verdict of a call that must come back as an error."""
         result = await self.call(name, arguments)
         assert result.is_error, text(result)
         assert result.structured_content is not None, text(result)
         return dict(result.structured_content)
+
+
+async def ended(sessions: SessionRegistry, session: str, *, within_s: float = 60.0) -> str | None:
+    """Waits until ``sessions`` no longer holds ``session`` (failing after ``within_s``, a bound for a
+    loaded machine, not a timing assertion) and returns why it ended (``idle``, ``lease``, ...)."""
+    with anyio.fail_after(within_s):
+        while sessions.get(session) is not None:
+            await anyio.sleep(0.05)
+    return sessions.ended(session)
 
 
 @asynccontextmanager

@@ -17,14 +17,26 @@ def _lift(*args: str) -> Any:
     return CliRunner().invoke(app, ["bench", "lift", *args])
 
 
-def test_lift_writes_runs_reports_and_a_simulated_summary(tmp_path: Path) -> None:
-    out = tmp_path / "lift"
+@pytest.fixture
+def out(tmp_path: Path) -> Path:
+    """The folder a lift writes into (it does not exist before the run)."""
+    return tmp_path / "lift"
+
+
+def _simulated_lift(out: Path, *, tasks: str, repeat: int, arms: str, sweep: str) -> str:
+    """``bench lift`` on the simulated ``kimi-k3`` profile into ``out``; asserts that it exited 0 and
+    returns its output."""
     result = _lift(
-        "--profile", "kimi-k3", "--out", str(out), "--tasks", "*ST01[0-3]*", "--repeat", "1",
-        "--arms", "off,guard", "--sweep", "feedback=0,1",
+        "--profile", "kimi-k3", "--out", str(out), "--tasks", tasks, "--repeat", str(repeat),
+        "--arms", arms, "--sweep", sweep,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    last = result.output.strip().splitlines()[-1]
+    return str(result.output)
+
+
+def test_lift_writes_runs_reports_and_a_simulated_summary(out: Path) -> None:
+    output = _simulated_lift(out, tasks="*ST01[0-3]*", repeat=1, arms="off,guard", sweep="feedback=0,1")
+    last = output.strip().splitlines()[-1]
     assert last.startswith("lift (simulated kimi-k3, feedback 0..1): guard pass@1 change ")
     for stem in ("feedback-0", "feedback-1"):
         assert (out / f"{stem}.jsonl").is_file()
@@ -59,8 +71,7 @@ def test_lift_writes_runs_reports_and_a_simulated_summary(tmp_path: Path) -> Non
         (["--tasks", "no-such-*"], "matches no task"),
     ],
 )
-def test_bad_input_writes_nothing(tmp_path: Path, args: list[str], message: str) -> None:
-    out = tmp_path / "lift"
+def test_bad_input_writes_nothing(out: Path, args: list[str], message: str) -> None:
     base = {"--profile": "opus-5", "--sweep": "feedback=0,1"}
     for flag, value in zip(args[::2], args[1::2], strict=True):
         base[flag] = value
@@ -70,7 +81,7 @@ def test_bad_input_writes_nothing(tmp_path: Path, args: list[str], message: str)
     assert not out.exists()
 
 
-def test_off_is_measured_once_and_its_rows_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_off_is_measured_once_and_its_rows_reused(out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``off`` meets no guard feedback: one run of it serves every value, row for row."""
     from benchmark.campaign import lift, runner
 
@@ -82,12 +93,7 @@ def test_off_is_measured_once_and_its_rows_reused(tmp_path: Path, monkeypatch: p
         return real(config, jobs, workers, worker=worker)
 
     monkeypatch.setattr(lift, "run_units", counting)
-    out = tmp_path / "lift"
-    result = _lift(
-        "--profile", "kimi-k3", "--out", str(out), "--tasks", "*ST01[0-3]*", "--repeat", "2",
-        "--arms", "off,base,checks", "--sweep", "feedback=0,0.5,1",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
+    _simulated_lift(out, tasks="*ST01[0-3]*", repeat=2, arms="off,base,checks", sweep="feedback=0,0.5,1")
     units = arms_run.count("base") // 3
     assert units > 0 and arms_run.count("off") == units  # once, not once per value
     once = (out / "off.jsonl").read_text(encoding="utf-8").splitlines()
@@ -102,13 +108,8 @@ def test_off_is_measured_once_and_its_rows_reused(tmp_path: Path, monkeypatch: p
     assert "Measured by the `base` arm" in summary
 
 
-def test_a_raw_error_sweep_runs_off_per_value(tmp_path: Path) -> None:
-    out = tmp_path / "lift"
-    result = _lift(
-        "--profile", "kimi-k3", "--out", str(out), "--tasks", "*ST010*", "--repeat", "1",
-        "--arms", "off,base", "--sweep", "raw_error=0,1",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
+def test_a_raw_error_sweep_runs_off_per_value(out: Path) -> None:
+    _simulated_lift(out, tasks="*ST010*", repeat=1, arms="off,base", sweep="raw_error=0,1")
     assert not (out / "off.jsonl").exists()
     offs = [
         [line for line in (out / f"raw_error-{v}.jsonl").read_text().splitlines() if '"off"' in line]

@@ -37,6 +37,7 @@ from benchmark.envs.server import (
     init_environment,
     session_meta,
 )
+from benchmark.procs import startup_timeout_s
 from benchmark.tasks import BenchData, Task, resolve_data
 from tests.support.proxy import request_meta
 
@@ -52,7 +53,6 @@ WRITE_TOOLS = (
     "zendesk_create_item",
 )
 ORDERS = "external_retail_toolset_oms_models_orders"
-STARTUP_TIMEOUT = 30.0
 
 pytestmark = pytest.mark.anyio
 
@@ -260,7 +260,7 @@ def http_server(ref: Reference) -> Iterator[HttpServer]:
             stderr=log,
         )
         try:
-            deadline = time.monotonic() + STARTUP_TIMEOUT
+            deadline = time.monotonic() + startup_timeout_s()
             url = None
             while url is None:
                 log.seek(0)

@@ -28,7 +28,7 @@ from guard.errors import (
 )
 from guard.journal import JournalBackend
 from guard.metrics import FAILURES, OUTCOMES, RETRIES, ErrorCounters
-from guard.models import EffectClass, Verdict
+from guard.models import AttemptRecord, EffectClass, Verdict
 from guard.policy import PolicyPack, PolicyPackModel, compile_pack
 from guard.retry import Attempt, Reason, RetryDecision, RetryPolicy, VirtualClock, decide, safe_to_resend
 from guard.session import GuardSession, ToolResult
@@ -271,6 +271,11 @@ def speed_of(session: GuardSession) -> str:
     return str(rows[0]["shipping_speed"])
 
 
+def what_happened(attempt: AttemptRecord) -> tuple[str, bool, bool, str]:
+    """An attempt's error class, whether its writes were rolled back, whether it was retried, and why."""
+    return attempt.error_class, attempt.rolled_back, attempt.retried, attempt.reason
+
+
 def test_a_write_that_timed_out_after_running_is_rolled_back_and_applied_once(env: Environment) -> None:
     upstream = Flaky(env, {"update_shipping_speed": [httpx2.ReadTimeout("timed out")]}, ran=True)
     session, clock, counters = session_on(env, upstream)
@@ -278,12 +283,7 @@ def test_a_write_that_timed_out_after_running_is_rolled_back_and_applied_once(en
     assert (outcome.verdict, outcome.retries, outcome.error_class) == (Verdict.ALLOWED, 1, None)
     assert upstream.calls == ["update_shipping_speed", "update_shipping_speed"]
     first = outcome.attempts[0]
-    assert (first.error_class, first.rolled_back, first.retried, first.reason) == (
-        "transient",
-        True,
-        True,
-        "retry",
-    )
+    assert what_happened(first) == ("transient", True, True, "retry")
     assert [c.key for c in first.changes] == [ORDER], "the lost attempt had written, then was rolled back"
     assert session.backend.changes().changes == outcome.changes.changes, "exactly one application survives"
     assert clock.now() == first.delay_s > 0
@@ -311,23 +311,25 @@ def test_a_read_is_retried_through_refusals_and_rate_limits(env: Environment) ->
 IRREVERSIBLE_SPEED = {"name": "p", "tools": {"effects": {"update_shipping_speed": "irreversible"}}}
 
 
+def irreversible_answer_lost(env: Environment, *, ran: bool) -> tuple[GuardSession, Flaky, ErrorCounters]:
+    """A session whose pack makes ``update_shipping_speed`` irreversible, on an upstream that loses the
+    first answer of that call (after running it when ``ran``)."""
+    pack = compile_pack(PolicyPackModel.model_validate(IRREVERSIBLE_SPEED))
+    upstream = Flaky(env, {"update_shipping_speed": [httpx2.RemoteProtocolError("disconnected")]}, ran=ran)
+    session, _, counters = session_on(env, upstream, pack)
+    return session, upstream, counters
+
+
 def test_an_irreversible_call_applied_with_its_answer_lost_is_kept_not_resent(env: Environment) -> None:
     """Undoing its rows would not undo what an irreversible call did; the change set proves it ran."""
-    pack = compile_pack(PolicyPackModel.model_validate(IRREVERSIBLE_SPEED))
-    upstream = Flaky(env, {"update_shipping_speed": [httpx2.RemoteProtocolError("disconnected")]}, ran=True)
-    session, _, counters = session_on(env, upstream, pack)
+    session, upstream, counters = irreversible_answer_lost(env, ran=True)
     before = speed_of(session)
     outcome = session.call("update_shipping_speed", SPEED)
     assert (outcome.verdict, outcome.error_class, outcome.retries) == (Verdict.ALLOWED, None, 0)
     assert upstream.calls == ["update_shipping_speed"], "never sent twice"
     assert speed_of(session) != before, "its shadow rows are kept"
     lost = outcome.attempts[0]
-    assert (lost.error_class, lost.rolled_back, lost.retried, lost.reason) == (
-        "transient",
-        False,
-        False,
-        "outcome_unknown",
-    )
+    assert what_happened(lost) == ("transient", False, False, "outcome_unknown")
     assert outcome.result is not None and "was applied, but the upstream's answer was lost" in outcome.result
     assert "do not send the call again" in outcome.result
     assert counters.value(FAILURES, error_class="transient", source="exception") == 1
@@ -337,9 +339,7 @@ def test_an_irreversible_call_applied_with_its_answer_lost_is_kept_not_resent(en
 
 def test_an_irreversible_call_with_an_unknown_outcome_is_not_resent(env: Environment) -> None:
     """Nothing in the change set: whether it did anything outside the database is unknown."""
-    pack = compile_pack(PolicyPackModel.model_validate(IRREVERSIBLE_SPEED))
-    upstream = Flaky(env, {"update_shipping_speed": [httpx2.RemoteProtocolError("disconnected")]}, ran=False)
-    session, _, _ = session_on(env, upstream, pack)
+    session, upstream, _ = irreversible_answer_lost(env, ran=False)
     before = speed_of(session)
     outcome = session.call("update_shipping_speed", SPEED)
     assert (outcome.verdict, outcome.error_class, outcome.retries) == (Verdict.FAILED, "transient", 0)
@@ -405,24 +405,15 @@ class Ledger:
         return ToolResult(f"points={self.points}")
 
 
+AMOUNT_SCHEMA = {"type": "object", "properties": {"amount": {"type": "integer"}}, "required": ["amount"]}
 LEDGER_TOOLS = {
     "get_points": ToolInfo(name="get_points", annotations={"readOnlyHint": True}),
     "add_points": ToolInfo(
-        name="add_points",
-        input_schema={
-            "type": "object",
-            "properties": {"amount": {"type": "integer"}},
-            "required": ["amount"],
-        },
-        annotations={"destructiveHint": False},
+        name="add_points", input_schema=AMOUNT_SCHEMA, annotations={"destructiveHint": False}
     ),
     "set_points": ToolInfo(
         name="set_points",
-        input_schema={
-            "type": "object",
-            "properties": {"amount": {"type": "integer"}},
-            "required": ["amount"],
-        },
+        input_schema=AMOUNT_SCHEMA,
         annotations={"destructiveHint": False, "idempotentHint": True},
     ),
 }

@@ -29,6 +29,7 @@ from sqlalchemy.pool import StaticPool
 from benchmark.envs import Database, Domain, Environment
 from benchmark.envs.server import environment_state_hash, init_environment
 from benchmark.guarded import backend_for, executor_for, is_error_text, tool_infos
+from benchmark.procs import startup_timeout_s
 from benchmark.tasks import BenchData, Task
 from guard.backend import Backend, BackendError
 from guard.checks import RuleText, SqlCheck
@@ -136,7 +137,7 @@ async def serve(bench: BenchData, database: Database, mode: str) -> AsyncIterato
         "env", "serve", "--domain", DOMAIN, "--data", str(bench.tasks_root), "--db", database.url, "--stdio"
     )
     params = StdioServerParameters(command=args[0], args=args[1:], env=dict(os.environ))
-    async with Client(params, mode=mode, read_timeout_seconds=60) as client:
+    async with Client(params, mode=mode, read_timeout_seconds=startup_timeout_s()) as client:
         yield client
 
 
