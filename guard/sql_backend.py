@@ -271,9 +271,9 @@ class SqlBackend:
 
         The text must parse as a single SELECT without a writing clause (checked once per text).
         On PostgreSQL it runs in a savepoint that is always rolled back (a failing or volatile
-        statement leaves the session as it was). On SQLite, where a SELECT cannot write and a
-        failing one does not end the transaction, it runs as it is on the DBAPI connection; should
-        it change a row all the same (a user function that writes), it raises :class:`BackendError`.
+        statement leaves the session as it was). On SQLite, where a failing SELECT does not end the
+        transaction, it runs on the DBAPI connection under ``PRAGMA query_only``: a write it would
+        make all the same (a user function that writes) fails, and the query raises.
         """
         self._require()
         text = _prepared(sql, self.dialect)
@@ -291,17 +291,20 @@ class SqlBackend:
         raw = self.connection.connection.dbapi_connection
         if raw is None:
             raise BackendError("the SQLite connection is closed")
-        written = raw.total_changes
+        cursor = raw.cursor()
         try:
-            cursor = raw.execute(text, params)
-            columns = [d[0] for d in cursor.description or ()]
-            rows = [dict(zip(columns, r, strict=True)) for r in cursor.fetchall()]
+            cursor.execute("PRAGMA query_only = ON")
+            try:
+                cursor.execute(text, params)
+                columns = [d[0] for d in cursor.description or ()]
+                return [dict(zip(columns, r, strict=True)) for r in cursor.fetchall()]
+            finally:
+                cursor.execute("PRAGMA query_only = OFF")
         except sqlite3.Error as exc:
             # The same error a statement through SQLAlchemy raises (e.g. DataError for a bad value).
             raise sa.exc.DBAPIError.instance(text, params, exc, sqlite3.Error) from exc
-        if raw.total_changes != written:
-            raise BackendError(f"a check query changed rows: {text!r}")
-        return rows
+        finally:
+            cursor.close()
 
     # -- triggers -------------------------------------------------------------------------------
     def _install(self) -> None:
