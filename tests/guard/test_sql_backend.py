@@ -24,8 +24,8 @@ from sqlalchemy.pool import NullPool, StaticPool
 from guard.backend import Backend, BackendError
 from guard.models import ChangeSet, Op, RowChange
 from guard.pg_capture import CAPTURE_SETTING
-from guard.sql_backend import LOG, SqlBackend
-from guard.sqlite_capture import connection_capture
+from guard.sql_backend import SqlBackend
+from guard.sqlite_capture import LOG, connection_capture
 from guard.sqltext import SqlTextError
 from tests.support.services import pg_engine_url, require_postgres
 
@@ -365,7 +365,7 @@ def no_capture_left(conn: sa.Connection) -> bool:
     capture tag is on; on PostgreSQL (guard/pg_capture.py) the session's TEMP log is gone and the
     capture setting is off."""
     if conn.dialect.name == "sqlite":
-        logged = conn.exec_driver_sql(f"SELECT COUNT(*) FROM temp.{LOG}").scalar_one()
+        logged = int(conn.exec_driver_sql(f"SELECT COUNT(*) FROM temp.{LOG}").scalar_one())
         return logged == 0 and not +connection_capture(conn).active
     leftovers = conn.exec_driver_sql(
         f"SELECT relname FROM pg_class WHERE relname = '{LOG}' AND relnamespace = pg_my_temp_schema() "

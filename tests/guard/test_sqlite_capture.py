@@ -9,7 +9,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool, StaticPool
 
-from guard.sql_backend import LOG, SqlBackend
+from guard.sql_backend import SqlBackend
+from guard.sqlite_capture import LOG
 
 metadata = sa.MetaData()
 notes = sa.Table(
