@@ -5,7 +5,8 @@ watched table appends the before/after row images to a change log inside the sam
 savepoint rollback therefore removes the changes it undid, and :meth:`changes` is exact whatever code
 wrote the rows (the tool's ORM, raw SQL, cascades).
 
-* SQLite: TEMP triggers and a TEMP log table, private to the connection.
+* SQLite: TEMP triggers and a TEMP log table, private to the connection, installed once per DBAPI
+  connection and table set and gated per session (``guard/sqlite_capture.py``).
 * PostgreSQL: one PL/pgSQL capture function and a trigger per table, installed once per schema and
   table set (``guard/pg_capture.py``), in a short transaction of their own *before* the session's
   transaction begins, and left in place. The trigger logs only in transactions that set
@@ -19,6 +20,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import sqlite3
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, cast
 
@@ -28,9 +30,9 @@ from sqlglot import exp
 from guard.backend import BackendError
 from guard.models import ChangeSet, Op, RowChange
 from guard.pg_capture import CAPTURE_SETTING, ensure_capture_triggers
+from guard.sqlite_capture import LOG, ConnectionCapture, connection_capture, ensure_capture
 from guard.sqltext import parse_select, transpile
 
-LOG = "_sg_changes"
 LOCK_TIMEOUT_S = 0.25
 """How long a statement of a shadow transaction waits for a lock another transaction holds before it
 fails (SQLite ``busy_timeout``, PostgreSQL ``lock_timeout``). Short on purpose: the waiter holds a
@@ -56,51 +58,11 @@ def _prepared(sql: str, dialect: str) -> str:
     return transpile(tree, dialect)
 
 
-_REAL_TEXT = "sg_real_text"
-
-
-def _real_text(value: object) -> object:
-    return repr(value) if isinstance(value, float) else value
-
-
 def _primary_key(table: sa.Table) -> KeyFn:
     names = [c.name for c in table.primary_key.columns]
     if not names:
         raise BackendError(f"table {table.name} has no primary key; pass a key function")
     return lambda row: ":".join(str(row.get(n)) for n in names)
-
-
-@functools.lru_cache(maxsize=64)
-def _sqlite_triggers(tables: tuple[sa.Table, ...]) -> tuple[str, ...]:
-    """The capture triggers' DDL for ``tables`` (built once per table set: sessions reuse the text)."""
-
-    def image(alias: str, table: sa.Table) -> str:
-        parts = []
-        for c in table.columns:
-            value = f'{alias}."{c.name}"'
-            if isinstance(c.type, sa.Float | sa.Double):
-                value = f"{_REAL_TEXT}({value})"
-            elif isinstance(c.type, sa.JSON):
-                # a bare JSON number is stored as REAL (the column has NUMERIC affinity)
-                value = f"json({_REAL_TEXT}({value}))"
-            parts.append(f"'{c.name}', {value}")
-        return f"json_object({', '.join(parts)})"
-
-    out = []
-    for table in tables:
-        name = table.name
-        for op, before, after in (
-            ("insert", "NULL", image("NEW", table)),
-            ("update", image("OLD", table), image("NEW", table)),
-            ("delete", image("OLD", table), "NULL"),
-        ):
-            # Identifiers come from the SQLAlchemy metadata, never from a caller.
-            out.append(
-                f'CREATE TEMP TRIGGER IF NOT EXISTS "sg_{op}_{name}" AFTER {op.upper()} ON main."{name}" '  # noqa: S608
-                f"BEGIN INSERT INTO {LOG} (tbl, op, before, after) "
-                f"VALUES ('{name}', '{op}', {before}, {after}); END"
-            )
-    return tuple(out)
 
 
 def concurrent_writers(dialect: str) -> int | None:
@@ -147,6 +109,8 @@ class SqlBackend:
         self._names = itertools.count(1)
         self._begin_mark = 0
         self._log = LOG if self.dialect == "sqlite" else f"pg_temp.{LOG}"
+        self._capturing: tuple[ConnectionCapture, tuple[str, ...]] | None = None
+        """The SQLite capture tags this session turned on (``guard/sqlite_capture.py``)."""
         self._float_columns = {
             name: {c.name for c in t.columns if isinstance(c.type, sa.Float | sa.Double)}
             for name, t in self.tables.items()
@@ -180,6 +144,8 @@ class SqlBackend:
             # A failed statement (e.g. a lock wait past lock_timeout while installing the capture
             # triggers) aborts a PostgreSQL transaction: end the one begun here, so the next begin
             # starts clean instead of failing with "current transaction is aborted" (issue 15).
+            if self.dialect == "sqlite":
+                self._uninstall()
             if opened is not None:
                 opened.rollback()
                 self._outer = None
@@ -193,6 +159,9 @@ class SqlBackend:
     def commit(self) -> None:
         self._require()
         assert self._session is not None
+        if self.dialect == "sqlite":
+            # The session's log rows go with it: the next session's marks start from an empty log.
+            self.connection.exec_driver_sql(f"DELETE FROM temp.{LOG}")  # noqa: S608 - constant table name
         self._session.commit()
         self._session = None
         self._savepoints.clear()
@@ -216,10 +185,7 @@ class SqlBackend:
         self._outer.rollback()
         self._outer = None
         if self.dialect == "sqlite":
-            # pysqlite's default (deferred BEGIN) runs the trigger DDL outside the transaction, so
-            # the rollback above may not have removed it; drop what is left and end that statement.
             self._uninstall()
-            self.connection.commit()
 
     # -- savepoints -----------------------------------------------------------------------------
     def savepoint(self) -> str:
@@ -313,9 +279,18 @@ class SqlBackend:
 
     # -- queries --------------------------------------------------------------------------------
     def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        """One read-only SELECT (``:name`` parameters), run in a savepoint that is always rolled back."""
+        """One read-only SELECT (``:name`` parameters); it cannot change the shadow state.
+
+        The text must parse as a single SELECT without a writing clause (checked once per text).
+        On PostgreSQL it runs in a savepoint that is always rolled back (a failing or volatile
+        statement leaves the session as it was). On SQLite, where a failing SELECT does not end the
+        transaction, it runs on the DBAPI connection under ``PRAGMA query_only``: a write it would
+        make all the same (a user function that writes) fails, and the query raises.
+        """
         self._require()
         text = _prepared(sql, self.dialect)
+        if self.dialect == "sqlite":
+            return self._query_sqlite(text, dict(params or {}))
         nested = self.connection.begin_nested()
         try:
             result = self.connection.exec_driver_sql(text, dict(params or {}))
@@ -323,6 +298,25 @@ class SqlBackend:
             return [dict(zip(columns, r, strict=True)) for r in result.fetchall()]
         finally:
             nested.rollback()
+
+    def _query_sqlite(self, text: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        raw = self.connection.connection.dbapi_connection
+        if raw is None:
+            raise BackendError("the SQLite connection is closed")
+        cursor = raw.cursor()
+        try:
+            cursor.execute("PRAGMA query_only = ON")
+            try:
+                cursor.execute(text, params)
+                columns = [d[0] for d in cursor.description or ()]
+                return [dict(zip(columns, r, strict=True)) for r in cursor.fetchall()]
+            finally:
+                cursor.execute("PRAGMA query_only = OFF")
+        except sqlite3.Error as exc:
+            # The same error a statement through SQLAlchemy raises (e.g. DataError for a bad value).
+            raise sa.exc.DBAPIError.instance(text, params, exc, sqlite3.Error) from exc
+        finally:
+            cursor.close()
 
     # -- triggers -------------------------------------------------------------------------------
     def _install(self) -> None:
@@ -334,31 +328,22 @@ class SqlBackend:
             raise BackendError(f"SqlBackend does not support the {self.dialect} dialect")
 
     def _uninstall(self) -> None:
+        """Stop capturing for this session (SQLite: the triggers stay, gated off; no statement)."""
         if self.dialect == "sqlite":
-            for name in self.tables:
-                for op in ("insert", "update", "delete"):
-                    self.connection.exec_driver_sql(f'DROP TRIGGER IF EXISTS "sg_{op}_{name}"')
-            self.connection.exec_driver_sql(f"DROP TABLE IF EXISTS temp.{LOG}")
+            capturing, self._capturing = self._capturing, None
+            if capturing is not None:
+                state, tags = capturing
+                state.active.subtract(tags)
         elif self.connection.in_transaction() and self.connection.get_transaction() is not None:
             # Still inside the caller's transaction: stop logging, and drop the session's log.
             self.connection.exec_driver_sql(f"SELECT set_config('{CAPTURE_SETTING}', 'off', true)")
             self.connection.exec_driver_sql(f"DROP TABLE IF EXISTS pg_temp.{LOG}")
 
     def _install_sqlite(self) -> None:
-        run = self.connection.exec_driver_sql
-        # SQLite renders REAL values in JSON with 15 significant digits; the row images must carry the
-        # stored double exactly, so REAL values go through Python's shortest round-trip repr.
-        raw = self.connection.connection.dbapi_connection
-        if raw is None:
-            raise BackendError("the SQLite connection is closed")
-        raw.create_function(_REAL_TEXT, 1, _real_text, deterministic=True)
-        run(
-            f"CREATE TEMP TABLE IF NOT EXISTS {LOG} "
-            "(id INTEGER PRIMARY KEY AUTOINCREMENT, tbl TEXT NOT NULL, op TEXT NOT NULL, "
-            "before TEXT, after TEXT)"
-        )
-        for statement in _sqlite_triggers(tuple(self.tables.values())):
-            run(statement)
+        tags = ensure_capture(self.connection, list(self.tables.values()))
+        state = connection_capture(self.connection)
+        state.active.update(tags)
+        self._capturing = (state, tags)
 
     def _install_postgresql(self) -> None:
         """The session's own change log (a TEMP table, gone when the transaction ends), and the

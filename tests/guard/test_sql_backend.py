@@ -24,7 +24,8 @@ from sqlalchemy.pool import NullPool, StaticPool
 from guard.backend import Backend, BackendError
 from guard.models import ChangeSet, Op, RowChange
 from guard.pg_capture import CAPTURE_SETTING
-from guard.sql_backend import LOG, SqlBackend
+from guard.sql_backend import SqlBackend
+from guard.sqlite_capture import LOG, connection_capture
 from guard.sqltext import SqlTextError
 from tests.support.services import pg_engine_url, require_postgres
 
@@ -358,15 +359,14 @@ def test_random_programs_match_the_model(connect: Any, data: st.DataObject) -> N
 
 
 def no_capture_left(conn: sa.Connection) -> bool:
-    """Commit and rollback remove the change log, and the connection logs nothing any more.
+    """Commit and rollback empty the change log, and the connection logs nothing any more.
 
-    On PostgreSQL the gated triggers stay installed (guard/pg_capture.py); the session's TEMP log is
-    gone and the capture setting is off."""
+    The gated triggers stay installed: on SQLite (guard/sqlite_capture.py) the log is empty and no
+    capture tag is on; on PostgreSQL (guard/pg_capture.py) the session's TEMP log is gone and the
+    capture setting is off."""
     if conn.dialect.name == "sqlite":
-        leftovers = conn.exec_driver_sql(
-            "SELECT name FROM sqlite_temp_master WHERE name != 'sqlite_sequence'"
-        ).all()
-        return leftovers == []
+        logged = int(conn.exec_driver_sql(f"SELECT COUNT(*) FROM temp.{LOG}").scalar_one())
+        return logged == 0 and not +connection_capture(conn).active
     leftovers = conn.exec_driver_sql(
         f"SELECT relname FROM pg_class WHERE relname = '{LOG}' AND relnamespace = pg_my_temp_schema() "
         f"UNION ALL SELECT tablename FROM pg_tables WHERE tablename = '{LOG}' "
