@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,19 @@ def _counts(uids: dict[str, list[str]]) -> dict[str, int]:
     return {d: len(u) for d, u in uids.items()}
 
 
+def _same_fit(stored: Any, refit: Any) -> bool:
+    """The stored fit is the one the calibration gives now: same structure and method, numbers equal to
+    1e-9 relative. The optimiser's last bits differ between CPUs (seen: 1.520007938231186 written on one
+    machine, 1.5200079382311853 refitted on another), which is not a stale profile."""
+    if isinstance(stored, dict) and isinstance(refit, dict):
+        return stored.keys() == refit.keys() and all(_same_fit(stored[k], refit[k]) for k in stored)
+    if isinstance(stored, list) and isinstance(refit, list):
+        return len(stored) == len(refit) and all(map(_same_fit, stored, refit))
+    if isinstance(stored, float | int) and isinstance(refit, float | int) and not isinstance(stored, bool):
+        return math.isclose(stored, refit, rel_tol=1e-9, abs_tol=1e-12)
+    return bool(stored == refit)
+
+
 def _raw(name: str = "opus-5") -> dict[str, Any]:
     loaded: dict[str, Any] = yaml.safe_load((PROFILE_DIR / f"{name}.yaml").read_text(encoding="utf-8"))
     return loaded
@@ -60,7 +74,8 @@ def test_all_nine_published_models_have_a_fitted_profile_that_is_up_to_date(
     for name in names:
         profile = load_profile(name, fitted=True)
         assert profile.fit is not None
-        assert profile.fit == fit_profile(profile, _counts(uids)), f"{name}: run bench calibrate"
+        refit = fit_profile(profile, _counts(uids)).model_dump()
+        assert _same_fit(profile.fit.model_dump(), refit), f"{name}: run bench calibrate"
         assert profile.feedback.raw_error == 0.0, "calibration fixes the raw-error reaction"
 
 
