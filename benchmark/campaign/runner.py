@@ -26,10 +26,13 @@ rows :mod:`benchmark.campaign.rows` (all re-exported here).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import random
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -347,8 +350,6 @@ _WORKER: Worker | None = None
 
 
 def _init_process(config: CampaignConfig) -> None:
-    import signal
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     signal.signal(signal.SIGTERM, _on_terminate)
     global _WORKER
@@ -381,8 +382,11 @@ def run_units(
     if workers <= 1:
         own = worker if worker is not None else Worker(config)
         try:
-            for key, arms in jobs:
-                yield own.run_unit(key, arms)
+            with _interrupt_watch() as interrupt:
+                for key, arms in jobs:
+                    rows = own.run_unit(key, arms)
+                    interrupt.check()
+                    yield rows
         finally:
             if worker is None:
                 own.close()
@@ -401,6 +405,41 @@ def run_units(
             pool.shutdown(wait=True)
         else:
             _stop_pool(pool)
+
+
+class _Interrupt:
+    """Whether Ctrl-C reached this process during a unit run here."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def on_sigint(self, signum: int, frame: object) -> None:
+        self.requested = True
+        raise KeyboardInterrupt
+
+    def check(self) -> None:
+        """Raise :class:`KeyboardInterrupt` if Ctrl-C came during the unit just run, whatever became of
+        the exception it raised: one raised inside a SQLite user function (the capture triggers' gate,
+        :mod:`guard.sqlite_capture`) reaches the caller as ``OperationalError`` ("user-defined function
+        raised exception"), and the attempt would be recorded as an unclassified tool failure. Such a
+        unit's rows are dropped: the run stops, and ``--resume`` runs the unit again."""
+        if self.requested:
+            raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _interrupt_watch() -> Iterator[_Interrupt]:
+    """Record Ctrl-C (SIGINT) while units run in this process; the previous handler is restored after.
+    Outside the main thread (where no signal handler can be set) Python's default handling stays."""
+    interrupt = _Interrupt()
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupt
+        return
+    previous = signal.signal(signal.SIGINT, interrupt.on_sigint)
+    try:
+        yield interrupt
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 STOP_GRACE_S = 10.0

@@ -378,6 +378,38 @@ def test_parse_arms() -> None:
             parse_arms(bad)
 
 
+def test_ctrl_c_inside_a_sqlite_function_still_stops_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C that lands while SQLite runs one of our Python functions (the capture triggers' gate) is
+    turned into ``OperationalError`` by sqlite3; the run still stops, and that unit's rows, which
+    would show an unclassified tool failure, are not yielded (failed on CI: the run went on to exit 0)."""
+    from benchmark.campaign.runner import run_units
+    from guard.sqlite_capture import ConnectionCapture
+
+    gate = ConnectionCapture.gate
+    fired: list[str] = []
+
+    def gate_then_interrupt(self: ConnectionCapture, tag: object) -> int:
+        if self.active[str(tag)] > 0 and not fired:
+            fired.append(str(tag))
+            signal.raise_signal(signal.SIGINT)
+        return gate(self, tag)
+
+    monkeypatch.setattr(ConnectionCapture, "gate", gate_then_interrupt)
+    config = CampaignConfig(agent="oracle", arms=("guard",), domains=(RETAIL,))
+    worker = Worker(config)
+    got: list[str] = []
+    try:
+        jobs = [(key, config.arms) for key in worker.units()][:3]
+        with pytest.raises(KeyboardInterrupt):
+            for rows in run_units(config, jobs, 1, worker=worker):
+                got += [r.line for r in rows]
+    finally:
+        worker.close()
+    assert fired, "no guarded write ran through a capture trigger"
+    assert got == []
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_every_lever_arm_runs_the_oracle_cleanly() -> None:
     """Each lever alone lets the golden calls of a retail task through (the pack false-blocks none)."""
     arms = tuple(ARMS)
