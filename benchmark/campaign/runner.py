@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import multiprocessing.util
 import os
 import random
 import signal
@@ -354,6 +355,14 @@ def _init_process(config: CampaignConfig) -> None:
     signal.signal(signal.SIGTERM, _on_terminate)
     global _WORKER
     _WORKER = Worker(config)
+    # A pool worker ends with os._exit (no atexit): multiprocessing's exit function runs this, so the
+    # worker's servers, temporary approval store and database are released on a normal end too.
+    multiprocessing.util.Finalize(None, _close_worker, exitpriority=10)
+
+
+def _close_worker() -> None:
+    if _WORKER is not None:
+        _WORKER.close()
 
 
 def _on_terminate(signum: int, frame: object) -> None:

@@ -63,9 +63,6 @@ SESSION_META_KEY = "shadowguard/session"
 APPROVAL_META_KEY = "shadowguard/approval"
 OUTCOME_META_KEY = "shadowguard/outcome"
 STOPS = ("refused", "rolled_back", "held")
-START_TIMEOUT_S = 180.0
-"""How long a server of the stack may take to listen: a loaded machine takes minutes to start seven
-Python servers per domain (a retail campaign at load average 27 saw a proxy miss 60 s)."""
 
 
 def _text(result: types.CallToolResult) -> str:
@@ -109,7 +106,7 @@ class _Proxy:
 
     def wait(self) -> None:
         """Returns once the proxy listens (:class:`~benchmark.procs.ServerError` if it does not)."""
-        self.url = self.server.wait_url(START_TIMEOUT_S)
+        self.url = self.server.wait_url()
         self.base = self.url.rsplit("/mcp", 1)[0]
 
 
@@ -126,7 +123,7 @@ class _Domain:
         args += ["--db", db] if db else []
         self.env = ServerProcess(args, work / f"{domain}-env.log", ENV_ANNOUNCE, name=f"{domain} environment")
         try:
-            self.env_url = self.env.wait_url(START_TIMEOUT_S)
+            self.env_url = self.env.wait_url()
         except BaseException:
             self.env.stop()
             raise
