@@ -2,22 +2,23 @@
 file, rule and line.
 
 :class:`PolicyError` is the error of a pack that cannot be loaded. :func:`_read_pack` reads a pack's
-file into its mapping; :func:`_compose` parses the text and records each key's line and where each
-block scalar's content starts (a ``sql: |`` block's line is then the first line of its SQL), refusing
-duplicate keys; :func:`_line` and :func:`_rule_id` turn a path into the text (``("checks", 2, "sql")``)
-into its line and rule; :func:`model_error` names the first validation error of a pack's model that
-way. Re-exported by :mod:`guard.policy`.
+file into its mapping; :func:`_compose` parses the text with :mod:`guard.located_yaml` (each key's
+line, where block scalars' content starts; duplicate keys refused); :func:`_line` and :func:`_rule_id`
+turn a path into the text (``("checks", 2, "sql")``) into its line and rule;
+:func:`model_error` names the first validation error of a pack's model
+that way. Re-exported by :mod:`guard.policy`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
+
+from guard.located_yaml import DuplicateKeyError, Located, YamlPath, YamlSyntaxError, compose_located
 
 
 class PolicyError(ValueError):
@@ -36,16 +37,8 @@ class PolicyError(ValueError):
         self.line = line
 
 
-_Loc = tuple[Any, ...]
-
-
-@dataclass
-class _Located:
-    """Where things are in the YAML text: each key's line, and where block scalars' content starts."""
-
-    lines: dict[_Loc, int] = field(default_factory=dict)
-    blocks: dict[_Loc, int] = field(default_factory=dict)
-    """Path of a literal/folded block scalar (``sql: |``) -> line of its first content line."""
+_Loc = YamlPath
+_Located = Located
 
 
 def _read_pack(path: Path) -> tuple[Path, dict[str, Any], _Located]:
@@ -64,46 +57,18 @@ def _read_pack(path: Path) -> tuple[Path, dict[str, Any], _Located]:
     return path, data, located
 
 
-def _compose(text: str, where: str) -> tuple[Any, _Located]:
-    located = _Located()
+def _compose(text: str, where: str) -> tuple[Any, Located]:
+    """:func:`guard.located_yaml.compose_located`, its errors as :class:`PolicyError` naming the rule."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise PolicyError(f"{where}: line {line}: invalid YAML: {problem}", file=where, line=line) from exc
-
-    def walk(n: yaml.Node, at: _Loc) -> None:
-        located.lines.setdefault(at, n.start_mark.line + 1)  # a key's own line wins over its value's
-        if isinstance(n, yaml.MappingNode):
-            seen: set[Any] = set()
-            for k, v in n.value:
-                key = k.value
-                if key in seen:
-                    line = k.start_mark.line + 1
-                    path = ".".join(str(p) for p in (*at, key))
-                    rule = _rule_of_node(root, (*at, key))
-                    raise PolicyError(
-                        f"{where}: line {line}: rule {rule}: duplicate key {path!r}",
-                        file=where,
-                        rule=rule,
-                        line=line,
-                    )
-                seen.add(key)
-                located.lines[(*at, key)] = k.start_mark.line + 1
-                walk(v, (*at, key))
-        elif isinstance(n, yaml.SequenceNode):
-            for i, v in enumerate(n.value):
-                walk(v, (*at, i))
-        elif isinstance(n, yaml.ScalarNode) and n.style in ("|", ">"):
-            located.blocks[at] = n.start_mark.line + 2
-
-    if node is not None:
-        root: yaml.Node = node
-        walk(node, ())
-    return data, located
+        return compose_located(text)
+    except YamlSyntaxError as exc:
+        message = f"{where}: line {exc.line}: invalid YAML: {exc.problem}"
+        raise PolicyError(message, file=where, line=exc.line) from exc
+    except DuplicateKeyError as exc:
+        rule = _rule_of_node(exc.root, exc.path)
+        path = ".".join(str(p) for p in exc.path)
+        message = f"{where}: line {exc.line}: rule {rule}: duplicate key {path!r}"
+        raise PolicyError(message, file=where, rule=rule, line=exc.line) from exc
 
 
 _RULE_SECTIONS = ("checks", "rules", "approvals")

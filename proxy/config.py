@@ -19,11 +19,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Self, get_args
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from guard.limits import DEFAULT_LIMITS, ArgumentLimits
+from guard.located_yaml import DuplicateKeyError, YamlSyntaxError, compose_located
 
 ENV_PREFIX = "SHADOWGUARD_"
 ENV_NESTING = "__"
@@ -449,43 +449,21 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple[Any, ...], int]]:
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read the config: {exc.strerror}", file=where) from exc
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{where}: line {line}: invalid YAML: {problem}", file=where, line=line) from exc
+        data, located = compose_located(text)
+    except YamlSyntaxError as exc:
+        message = f"{where}: line {exc.line}: invalid YAML: {exc.problem}"
+        raise ConfigError(message, file=where, line=exc.line) from exc
+    except DuplicateKeyError as exc:
+        field = _field_name(exc.path)
+        message = f"{where}: line {exc.line}: {field}: duplicate key"
+        raise ConfigError(message, file=where, field=field, line=exc.line) from exc
     if data is None:
         return {}, {}
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
         raise ConfigError(
             f"{where}: line 1: the config must be a YAML mapping of sections", file=where, line=1
         )
-    lines: dict[tuple[Any, ...], int] = {}
-
-    def walk(n: yaml.Node, at: tuple[Any, ...]) -> None:
-        lines.setdefault(at, n.start_mark.line + 1)
-        if isinstance(n, yaml.MappingNode):
-            seen: set[Any] = set()
-            for key_node, value in n.value:
-                key = key_node.value
-                if key in seen:
-                    line = key_node.start_mark.line + 1
-                    field = _field_name((*at, key))
-                    raise ConfigError(
-                        f"{where}: line {line}: {field}: duplicate key", file=where, field=field, line=line
-                    )
-                seen.add(key)
-                lines[(*at, key)] = key_node.start_mark.line + 1
-                walk(value, (*at, key))
-        elif isinstance(n, yaml.SequenceNode):
-            for i, item in enumerate(n.value):
-                walk(item, (*at, i))
-
-    if node is not None:
-        walk(node, ())
-    return data, lines
+    return data, located.lines
 
 
 def _field_name(loc: Sequence[Any]) -> str:
