@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from proxy.config import ConfigError as ConfigError
     from proxy.config import ProxyConfig as ProxyConfig
     from proxy.server import GuardProxy as GuardProxy
-    from proxy.upstreams import UpstreamError as UpstreamError
+    from proxy.upstream_types import UpstreamError as UpstreamError
 
 __all__ = [
     "ConfigError",
@@ -31,7 +31,7 @@ __all__ = [
 
 _EXPORTS: dict[str, str] = {
     "GuardProxy": "proxy.server",
-    "UpstreamError": "proxy.upstreams",
+    "UpstreamError": "proxy.upstream_types",
     "ProxyConfig": "proxy.config",
     "ConfigError": "proxy.config",
     "create_app": "proxy.app",

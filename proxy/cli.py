@@ -180,7 +180,7 @@ def serve(
     from proxy.config import ConfigError, ProxyConfig
     from proxy.held import NoReviewerError
     from proxy.ledger import LedgerError
-    from proxy.upstreams import UpstreamError
+    from proxy.upstream_types import UpstreamError
 
     try:
         settings = ProxyConfig.load(config)
