@@ -118,6 +118,19 @@ class _Lookup:
             return await self.replicas.answer(request, session_id, [caller.name])
         return await self.replicas.answer(request, session_id, None if principal is None else [principal])
 
+    async def status(
+        self, request: Request, session_id: str, caller: SessionsCaller, principal: str | None
+    ) -> Response:
+        """``GET /api/sessions/{id}``: the session's status, from its replica, the open session or
+        the ledger's record of it."""
+        if (answer := await self.elsewhere(request, session_id, caller, principal)) is not None:
+            return answer
+        if not self.visible(session_id, caller, principal):
+            body = await self.recorded(session_id, caller, principal)
+            if body is not None:
+                return JSONResponse(body)
+        return JSONResponse(self.find(session_id, caller, principal).describe())
+
     async def recorded(
         self, session_id: str, caller: SessionsCaller, principal: str | None
     ) -> dict[str, Any] | None:
@@ -210,13 +223,7 @@ def sessions_router(proxy: GuardProxy, replicas: ReplicaSessions | None = None) 
     ) -> Response:
         """An open session's status; for one no longer open that the session ledger still holds (a
         commit that did not finish, or writes lost in a restart): ``open: false`` and what it says."""
-        if (answer := await lookup.elsewhere(request, session_id, caller, principal)) is not None:
-            return answer
-        if not lookup.visible(session_id, caller, principal):
-            body = await lookup.recorded(session_id, caller, principal)
-            if body is not None:
-                return JSONResponse(body)
-        return JSONResponse(lookup.find(session_id, caller, principal).describe())
+        return await lookup.status(request, session_id, caller, principal)
 
     @router.post("/{session_id:path}/commit", responses=_NO_SESSION)
     async def commit(
