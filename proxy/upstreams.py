@@ -212,35 +212,11 @@ class Upstream:
         except (MCPError, UpstreamError) as exc:
             await conn.aclose()
             raise UpstreamError(f"upstream {self.name!r}: cannot list its tools: {exc}") from exc
-        self.set_tools(tools)
-        self.capabilities = conn.capabilities
-        if self.spec.policy:
-            try:
-                self.policy = load_policy(
-                    self.spec.policy, tool_schemas={t.name: t.input_schema for t in tools}
-                )
-            except PolicyError as exc:
-                await conn.aclose()
-                raise UpstreamError(
-                    f"upstream {self.name!r}: its policy pack does not fit its tools: {exc}"
-                ) from exc
-        unknown = sorted(set(self.spec.sql_tools) - set(self.tools))
-        if unknown:
+        try:
+            self._adopt(tools, conn.capabilities, forced)
+        except UpstreamError:
             await conn.aclose()
-            raise UpstreamError(
-                f"upstream {self.name!r}: sql_tools names {', '.join(map(repr, unknown))}, which it does "
-                f"not list (its tools: {', '.join(sorted(self.tools))})"
-            )
-        speaks = advertises(conn.capabilities)
-        if forced is True and not speaks:
-            await conn.aclose()
-            raise UpstreamError(
-                f"upstream {self.name!r}: the config says transactional: true, but it does not advertise "
-                "the shadowguard/tx extension (docs/transaction-extension.md); set transactional: auto "
-                "(or false) to drive it through the journal"
-            )
-        self.transactional = speaks if forced is None else forced
-        self._adopt_writers(conn.capabilities)
+            raise
         if self.transactional:
             self._spare = conn
         else:
@@ -251,6 +227,40 @@ class Upstream:
             len(self.tools),
             "transactional" if self.transactional else "journaled",
         )
+
+    def _adopt(
+        self, tools: list[types.Tool], capabilities: types.ServerCapabilities | None, forced: bool | None
+    ) -> None:
+        """Take what the startup connection listed and advertised: the tools, the policy pack compiled
+        against their schemas, whether the upstream transacts (``forced``: the config's say), its
+        writer slots. Raises :class:`UpstreamError` for a pack or ``sql_tools`` that does not fit the
+        tools, or ``transactional: true`` for an upstream that does not advertise the extension."""
+        self.set_tools(tools)
+        self.capabilities = capabilities
+        if self.spec.policy:
+            try:
+                self.policy = load_policy(
+                    self.spec.policy, tool_schemas={t.name: t.input_schema for t in tools}
+                )
+            except PolicyError as exc:
+                raise UpstreamError(
+                    f"upstream {self.name!r}: its policy pack does not fit its tools: {exc}"
+                ) from exc
+        unknown = sorted(set(self.spec.sql_tools) - set(self.tools))
+        if unknown:
+            raise UpstreamError(
+                f"upstream {self.name!r}: sql_tools names {', '.join(map(repr, unknown))}, which it does "
+                f"not list (its tools: {', '.join(sorted(self.tools))})"
+            )
+        speaks = advertises(capabilities)
+        if forced is True and not speaks:
+            raise UpstreamError(
+                f"upstream {self.name!r}: the config says transactional: true, but it does not advertise "
+                "the shadowguard/tx extension (docs/transaction-extension.md); set transactional: auto "
+                "(or false) to drive it through the journal"
+            )
+        self.transactional = speaks if forced is None else forced
+        self._adopt_writers(capabilities)
 
     async def _open(self, *, prime: bool = True) -> UpstreamConnection:
         """A new connection; ``prime`` lists the tools on it at once, so that the client knows each
