@@ -10,13 +10,13 @@ from guard.exports import lazy_exports
 
 if TYPE_CHECKING:
     from proxy.app import create_app as create_app
-    from proxy.app import run_http as run_http
-    from proxy.app import run_stdio as run_stdio
     from proxy.cli import main as main
     from proxy.config import ConfigError as ConfigError
     from proxy.config import ProxyConfig as ProxyConfig
+    from proxy.serve import run_http as run_http
+    from proxy.serve import run_stdio as run_stdio
     from proxy.server import GuardProxy as GuardProxy
-    from proxy.upstreams import UpstreamError as UpstreamError
+    from proxy.upstream_types import UpstreamError as UpstreamError
 
 __all__ = [
     "ConfigError",
@@ -31,12 +31,12 @@ __all__ = [
 
 _EXPORTS: dict[str, str] = {
     "GuardProxy": "proxy.server",
-    "UpstreamError": "proxy.upstreams",
+    "UpstreamError": "proxy.upstream_types",
     "ProxyConfig": "proxy.config",
     "ConfigError": "proxy.config",
     "create_app": "proxy.app",
-    "run_http": "proxy.app",
-    "run_stdio": "proxy.app",
+    "run_http": "proxy.serve",
+    "run_stdio": "proxy.serve",
     "main": "proxy.cli",
 }
 """Public name -> the module defining it. Imported on first use, so that importing one submodule

@@ -1,70 +1,45 @@
-"""The proxy's HTTP app (FastAPI) and how ``shadowguard serve`` puts the pieces together.
+"""The proxy's HTTP app (FastAPI), and the pieces ``shadowguard serve`` puts together around it.
 
 Routes: the MCP endpoint ``/mcp`` (streamable HTTP, both protocol eras), the sessions API for
-orchestrators, and the routers other parts contribute (``/healthz``, ``/readyz``, ``/metrics``):
+orchestrators (``/api/sessions``, proxy/sessions_api.py), the approvals API and reviewer page, and
+the routers other parts contribute (``/healthz``, ``/readyz``, ``/metrics``). A handshake-era client
+that ends its HTTP session (``DELETE /mcp``) ends its guard session too: rolled back, never committed.
 
-* ``POST /api/sessions/{id}/commit`` -> ``{"session", "committed", "changes", "applied_calls", "violations"}``
-  (200 whether committed or refused: a refusal is an answer, not an error; 404 for an unknown id)
-* ``POST /api/sessions/{id}/rollback`` -> ``{"session", "rolled_back", "changes", "undone_calls",
-  "not_undone_calls", "not_reversed"}``
-* ``GET /api/sessions`` and ``GET /api/sessions/{id}`` -> the open sessions' status
-
-With several replicas (docs/deploy.md) a request for a session another replica holds is answered by
-that replica (proxy/replica_api.py); the list is this replica's sessions and says which replica.
-
-With ``auth.agents`` or ``auth.orchestrators`` configured these need a bearer token: an orchestrator's
-(every session) or an agent's (its own sessions; another's is 404). Without either they are open.
-
-``{id}`` is the guard session id (docs/proxy.md): the ``_meta["shadowguard/session"]`` value, the
-``Mcp-Session-Id``, ``principal:<name>``, or the stdio session's id; every tool result names it in
-``_meta["shadowguard/outcome"].session``. A handshake-era client that ends its HTTP session
-(``DELETE /mcp``) ends its guard session too: rolled back, never committed.
+:func:`build_proxy` builds the proxy a config describes, :func:`serving` runs it; the CLI's entry
+points that bind a port and serve are in proxy/serve.py.
 """
 
 from __future__ import annotations
 
-import errno
-import logging
-import signal
-import socket
-import sys
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
-from typing import Annotated, Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 
 import anyio
-import uvicorn
-from anyio.abc import TaskStatus
-from fastapi import APIRouter, Depends, FastAPI
-from fastapi.responses import JSONResponse, Response
+from fastapi import APIRouter, FastAPI
 from starlette.datastructures import Headers
-from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from guard.approvals.stores import open_approval_store
-from guard.keepalive import SERVER_KEEP_ALIVE_S
 from guard.models import CommitOutcome, ToolOutcome
 from proxy import telemetry
-from proxy.approvals.api import ApiError, ApprovalsRoute, ErrorBody, approvals_router
-from proxy.approvals.auth import AgentAuth, SessionsCaller, api_sessions_caller
+from proxy.approvals.api import approvals_router
+from proxy.approvals.auth import AgentAuth
 from proxy.approvals.review import review_router
 from proxy.approvals.webhook import WebhookNotifier
 from proxy.audit import AuditLog
 from proxy.bodylimit import BodyLimit
-from proxy.commits import entry_outcome
 from proxy.config import ConfigError, ProxyConfig
 from proxy.health import health_router
 from proxy.held import HeldCalls, check_reviewers
 from proxy.ledger import SessionLedger
-from proxy.registry import ANY, SessionRegistry
+from proxy.registry import SessionRegistry
 from proxy.relay_lean import LeanRelay
 from proxy.replica_api import ReplicaSessions
-from proxy.replicas import ReplicaRouter, replica_directory
+from proxy.replicas import ReplicaDirectory, ReplicaRouter, replica_directory
 from proxy.server import GuardProxy, principal_of_scope
-from proxy.sessions import ProxySession, RollbackOutcome
-
-logger = logging.getLogger(__name__)
+from proxy.sessions import RollbackOutcome
+from proxy.sessions_api import sessions_router
 
 MCP_PATH = "/mcp"
 REVIEW_PATH = "/review"
@@ -195,188 +170,6 @@ async def serving(proxy: GuardProxy, recorder: Recorder, config: ProxyConfig) ->
         telemetry.shutdown_telemetry()
 
 
-_Caller = Annotated[SessionsCaller, Depends(api_sessions_caller)]
-_SESSION_ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"model": ErrorBody, "description": "No token, or one that is no orchestrator's or agent's"},
-    403: {"model": ErrorBody, "description": "A reviewer's token"},
-}
-_NO_SESSION: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorBody, "description": "No open session with this id that the caller may see"},
-    410: {"model": ErrorBody, "description": "Several replicas: the session's replica died (code lost)"},
-    503: {
-        "model": ErrorBody,
-        "description": "Several replicas: the session's replica or the directory does not answer "
-        "(code unavailable; Retry-After)",
-    },
-}
-
-
-@asynccontextmanager
-async def _warn_if_sessions_open(app: FastAPI) -> AsyncIterator[None]:
-    """At startup: a config that sets up reviewers but leaves /api/sessions open likely forgot it."""
-    config: ProxyConfig = app.state.config
-    if config.auth.reviewers and config.auth.sessions_api_open:
-        logger.warning(
-            "auth.reviewers is set but auth.agents and auth.orchestrators are empty, so /api/sessions "
-            "takes no token: anyone who reaches this port can commit or roll back any session. "
-            "Configure auth.orchestrators (docs/proxy.md, 'Commit and rollback')."
-        )
-    yield
-
-
-def sessions_router(proxy: GuardProxy, replicas: ReplicaSessions | None = None) -> APIRouter:
-    """``/api/sessions``: commit, roll back and inspect guard sessions (for orchestrators).
-
-    With ``replicas``, a session this replica does not hold is answered by the replica that does
-    (:class:`proxy.replica_api.ReplicaSessions`).
-
-    Who may do what is :func:`proxy.approvals.auth.sessions_caller`: with ``auth.agents`` or
-    ``auth.orchestrators`` configured an orchestrator acts on every session and an agent on its own
-    only (another's is 404, exactly as an unknown id, and the list leaves it out); with neither, the
-    API is open. Refusals have the approvals API's body ``{"error": {"code", "message"}}``.
-    """
-    router = APIRouter(
-        prefix="/api/sessions",
-        tags=["sessions"],
-        route_class=ApprovalsRoute,
-        lifespan=_warn_if_sessions_open,
-        responses=_SESSION_ERRORS,
-    )
-
-    def visible(session_id: str, caller: SessionsCaller, principal: str | None) -> list[ProxySession]:
-        found = proxy.sessions.named(session_id)
-        if caller.role == "agent":
-            return [s for s in found if s.principal == caller.name]
-        return [s for s in found if principal is None or s.principal == principal]
-
-    def find(session_id: str, caller: SessionsCaller, principal: str | None) -> ProxySession:
-        """The one open session of this id the caller may act on; 404 when none (another principal's
-        is not told apart from an unknown id), 409 when several principals' share it."""
-        sessions = visible(session_id, caller, principal)
-        if len(sessions) == 1:
-            return sessions[0]
-        if len(sessions) > 1:
-            raise ApiError(
-                409,
-                "conflict",
-                f"sessions of {len(sessions)} principals have the id {session_id!r}; "
-                "name one with ?principal=",
-            )
-        why = ""
-        if caller.role != "agent":
-            ended = (
-                proxy.sessions.ended_any(session_id)
-                if principal is None
-                else proxy.sessions.ended(session_id, principal)
-            )
-            why = f": it was rolled back and closed ({ended})" if ended is not None else ""
-        raise ApiError(404, "not_found", f"no open session {session_id!r}{why}")
-
-    async def elsewhere(
-        request: Request, session_id: str, caller: SessionsCaller, principal: str | None
-    ) -> Response | None:
-        """The owner replica's answer for a session not held here (None: answer here)."""
-        if replicas is None or visible(session_id, caller, principal):
-            return None
-        if caller.role == "agent":
-            return await replicas.answer(request, session_id, [caller.name])
-        return await replicas.answer(request, session_id, None if principal is None else [principal])
-
-    async def recorded(
-        session_id: str, caller: SessionsCaller, principal: str | None
-    ) -> dict[str, Any] | None:
-        """The commit record the ledger holds of a session no longer open (a commit that did not finish)."""
-        if caller.role == "agent":
-            found = await proxy.sessions.peek_lost(session_id, caller.name)
-        else:
-            found = await proxy.sessions.peek_lost(session_id, ANY if principal is None else principal)
-        found = [(who, entry) for who, entry in found if entry.commit is not None]
-        if not found:
-            return None
-        if len(found) > 1:
-            raise ApiError(
-                409,
-                "conflict",
-                f"the ledger holds sessions of {len(found)} principals with the id {session_id!r}; "
-                "name one with ?principal=",
-            )
-        ((who, entry),) = found
-        answer = entry_outcome(entry)
-        assert answer is not None
-        return {
-            "id": session_id,
-            "principal": who,
-            "open": False,
-            "state": entry.state,
-            "committed": answer.committed,
-            "upstreams": answer.upstreams,
-            "violations": [v.model_dump(mode="json") for v in answer.violations],
-        }
-
-    @router.get("")
-    async def list_sessions(caller: _Caller) -> JSONResponse:
-        """The open sessions the caller may see; with several replicas, this replica's only, and
-        ``replica`` names it."""
-        visible = [s.describe() for s in proxy.sessions if caller.may_act_on(s.principal)]
-        if replicas is None:
-            return JSONResponse({"sessions": visible})
-        return JSONResponse({"sessions": visible, "replica": replicas.describe()})
-
-    @router.get("/{session_id:path}", responses=_NO_SESSION)
-    async def get_session(
-        request: Request, session_id: str, caller: _Caller, principal: str | None = None
-    ) -> Response:
-        """An open session's status; for one no longer open that the session ledger still holds (a
-        commit that did not finish, or writes lost in a restart): ``open: false`` and what it says."""
-        if (answer := await elsewhere(request, session_id, caller, principal)) is not None:
-            return answer
-        if not visible(session_id, caller, principal):
-            body = await recorded(session_id, caller, principal)
-            if body is not None:
-                return JSONResponse(body)
-        return JSONResponse(find(session_id, caller, principal).describe())
-
-    @router.post("/{session_id:path}/commit", responses=_NO_SESSION)
-    async def commit(
-        request: Request, session_id: str, caller: _Caller, principal: str | None = None
-    ) -> Response:
-        if (answer := await elsewhere(request, session_id, caller, principal)) is not None:
-            return answer
-        session = find(session_id, caller, principal)
-        with telemetry.span("shadowguard.commit", session=session_id, via="api"):
-            outcome = await session.commit()
-        body: dict[str, Any] = {
-            "session": session_id,
-            "committed": outcome.committed,
-            "changes": len(outcome.changes),
-            "applied_calls": len(outcome.applied),
-            "violations": [v.model_dump(mode="json") for v in outcome.violations],
-        }
-        if outcome.upstreams is not None:
-            body["upstreams"] = outcome.upstreams
-        return JSONResponse(body)
-
-    @router.post("/{session_id:path}/rollback", responses=_NO_SESSION)
-    async def rollback(
-        request: Request, session_id: str, caller: _Caller, principal: str | None = None
-    ) -> Response:
-        if (answer := await elsewhere(request, session_id, caller, principal)) is not None:
-            return answer
-        outcome = await find(session_id, caller, principal).rollback("api")
-        return JSONResponse(
-            {
-                "session": session_id,
-                "rolled_back": outcome.rolled_back,
-                "changes": len(outcome.changes),
-                "undone_calls": [c.id for c in outcome.undone],
-                "not_undone_calls": [c.id for c in outcome.not_undone],
-                "not_reversed": outcome.not_reversed,
-            }
-        )
-
-    return router
-
-
 class _EndSessionOnDelete:
     """Ends the guard session of a handshake-era HTTP session the client closes (``DELETE /mcp``), and
     renews the lease of the session any request with an ``Mcp-Session-Id`` belongs to.
@@ -429,6 +222,60 @@ class _App(FastAPI):
         await super().__call__(scope, receive, send)
 
 
+def _mcp_chain(
+    proxy: GuardProxy, config: ProxyConfig, directory: ReplicaDirectory | None
+) -> tuple[LeanRelay, ASGIApp, ReplicaRouter | None]:
+    """What a request for ``/mcp`` goes through, outermost last: the SDK's app, the lean relay, the
+    session renewal and DELETE, the replica front (with ``directory``), agent auth (with
+    ``auth.agents``). Returns the lean relay, the chain, and the replica front (closed at shutdown)."""
+    mcp_app = proxy.server.streamable_http_app(
+        streamable_http_path=MCP_PATH,
+        host=config.http.host,
+        max_request_body_size=config.http.max_body_bytes,
+        session_idle_timeout=config.sessions.idle_timeout_s,
+    )
+    lean_relay = LeanRelay(mcp_app, proxy, enabled=config.proxy.lean_relay)
+    mcp: ASGIApp = _EndSessionOnDelete(lean_relay, proxy)
+    replica_front = (
+        ReplicaRouter(mcp, directory, max_body_bytes=config.http.max_body_bytes)
+        if directory is not None
+        else None
+    )
+    mcp = replica_front if replica_front is not None else mcp
+    if config.auth.agents:
+        mcp = AgentAuth(mcp, config.auth, path=MCP_PATH)
+    return lean_relay, mcp, replica_front
+
+
+def _lifespan(
+    proxy: GuardProxy,
+    config: ProxyConfig,
+    recorder: Recorder | None,
+    *,
+    runs_proxy: bool,
+    directory: ReplicaDirectory | None,
+    closers: Sequence[Callable[[], Awaitable[None]]],
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: the proxy (if it ``runs_proxy``), the MCP session manager, the replica
+    directory; on the way out ``closers`` run, last first, then the rest stops in reverse."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            if runs_proxy:
+                if recorder is None:
+                    raise RuntimeError("create_app(lifespan_runs_proxy=True) needs the recorder")
+                await stack.enter_async_context(serving(proxy, recorder, config))
+            await stack.enter_async_context(proxy.server.session_manager.run())
+            if directory is not None:
+                await stack.enter_async_context(directory.running())
+            for close in closers:
+                stack.push_async_callback(close)
+            yield
+
+    return lifespan
+
+
 def create_app(
     proxy: GuardProxy,
     config: ProxyConfig,
@@ -451,29 +298,13 @@ def create_app(
     gets 405 from the API rather than an answer from the MCP app. The OpenAPI schema is served at
     ``OPENAPI_PATH``.
     """
-    mcp_app = proxy.server.streamable_http_app(
-        streamable_http_path=MCP_PATH,
-        host=config.http.host,
-        max_request_body_size=config.http.max_body_bytes,
-        session_idle_timeout=config.sessions.idle_timeout_s,
+    directory = replica_directory(config)
+    replica_api = ReplicaSessions(directory) if directory is not None else None
+    lean_relay, mcp, replica_front = _mcp_chain(proxy, config, directory)
+    closers = [c.aclose for c in (replica_front, replica_api) if c is not None]
+    lifespan = _lifespan(
+        proxy, config, recorder, runs_proxy=lifespan_runs_proxy, directory=directory, closers=closers
     )
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with AsyncExitStack() as stack:
-            if lifespan_runs_proxy:
-                if recorder is None:
-                    raise RuntimeError("create_app(lifespan_runs_proxy=True) needs the recorder")
-                await stack.enter_async_context(serving(proxy, recorder, config))
-            await stack.enter_async_context(proxy.server.session_manager.run())
-            if directory is not None:
-                await stack.enter_async_context(directory.running())
-            if replica_front is not None:
-                stack.push_async_callback(replica_front.aclose)
-            if replica_api is not None:
-                stack.push_async_callback(replica_api.aclose)
-            yield
-
     app = _App(
         title="shadowguard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=OPENAPI_PATH
     )
@@ -483,178 +314,23 @@ def create_app(
     audit_from = recorder if recorder is not None else proxy.sessions.observer
     app.state.audit = audit_from.audit if isinstance(audit_from, Recorder) else None
     app.include_router(health_router(proxy.readiness))
-    directory = replica_directory(config)
-    replica_api = ReplicaSessions(directory) if directory is not None else None
     app.include_router(sessions_router(proxy, replica_api))
     app.include_router(approvals_router())
     app.include_router(review_router())
     for router in routers:
         app.include_router(router)
-    app.state.lean_relay = LeanRelay(mcp_app, proxy, enabled=config.proxy.lean_relay)
-    mcp: ASGIApp = _EndSessionOnDelete(app.state.lean_relay, proxy)
-    replica_front = (
-        ReplicaRouter(mcp, directory, max_body_bytes=config.http.max_body_bytes)
-        if directory is not None
-        else None
-    )
-    mcp = replica_front if replica_front is not None else mcp
-    if config.auth.agents:
-        mcp = AgentAuth(mcp, config.auth, path=MCP_PATH)
+    app.state.lean_relay = lean_relay
     app.router.routes.append(Route(MCP_PATH, mcp))
     app.mcp_chain = BodyLimit(mcp, limit=config.http.max_body_bytes)
     return app
 
 
-# -- serving (the CLI's entry points) ---------------------------------------------------------------
-
-
-def announce_stderr(url: str) -> None:
-    print(f"shadowguard serve: listening on {url}", file=sys.stderr, flush=True)
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    """The listening socket, bound before the upstreams start so that a busy port fails fast.
-
-    It is opened as IPPROTO_TCP explicitly: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on
-    connections of sockets whose protocol says TCP, and with Nagle on, every response whose headers
-    and body are written separately waits for the client's delayed ACK (about 40 ms a request).
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-        sock.listen(2048)
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
-def _bind_side(host: str, port: int) -> socket.socket:
-    """The stdio proxy's side port: the configured one, else (taken: hosts start one stdio proxy per
-    window or chat, all with one config) a free one, said on stderr with the URL that follows."""
-    try:
-        return _bind(host, port)
-    except OSError as exc:
-        if port == 0 or exc.errno != errno.EADDRINUSE:
-            raise
-    print(
-        f"shadowguard serve: port {port} is in use (another instance with this config?); "
-        "the HTTP side app takes a free port instead",
-        file=sys.stderr,
-        flush=True,
-    )
-    return _bind(host, 0)
-
-
-def _url(host: str, sock: socket.socket, path: str = MCP_PATH) -> str:
-    shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{sock.getsockname()[1]}{path}"
-
-
-class _Uvicorn(uvicorn.Server):
-    """uvicorn without its own signal handling: the proxy stops it on SIGINT/SIGTERM, then rolls the
-    open sessions back and stops its upstreams (uvicorn would re-raise the signal and kill the
-    process before that)."""
-
-    @contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-SHUTDOWN_GRACE_S = 5
-"""After SIGINT/SIGTERM, requests still running after this long are cancelled (then every session is
-rolled back): a stop never waits for a slow upstream or a long retry."""
-
-
-def _uvicorn(app: ASGIApp) -> uvicorn.Server:
-    return _Uvicorn(
-        uvicorn.Config(
-            app,
-            log_level="warning",
-            lifespan="on",
-            http="httptools",  # the C parser: h11's pure-Python parsing was a fifth of a read's proxy CPU
-            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
-            timeout_keep_alive=SERVER_KEEP_ALIVE_S,
-        )
-    )
-
-
-async def _on_signal(
-    stop: Callable[[], None], *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        task_status.started()
-        async for _ in signals:
-            stop()
-            return
-
-
-async def run_http(config: ProxyConfig, *, announce: Callable[[str], None] = announce_stderr) -> None:
-    """``shadowguard serve``: connect the upstreams, then serve HTTP until SIGINT/SIGTERM."""
-    sock = _bind(config.http.host, config.http.port)
-    try:
-        proxy, recorder = build_proxy(config, review_url=_url(config.http.host, sock, REVIEW_PATH))
-        async with serving(proxy, recorder, config), anyio.create_task_group() as tg:
-            server = _uvicorn(create_app(proxy, config, lifespan_runs_proxy=False))
-
-            def stop() -> None:
-                server.should_exit = True
-                proxy.sessions.stop_retrying()
-
-            await tg.start(_on_signal, stop)
-            announce(_url(config.http.host, sock))
-            await server.serve(sockets=[sock])
-            tg.cancel_scope.cancel()
-    finally:
-        sock.close()
-
-
-async def run_stdio(
-    config: ProxyConfig, *, side_http: bool, announce: Callable[[str], None] = announce_stderr
-) -> None:
-    """``shadowguard serve --stdio``: one agent on stdin/stdout (until it closes them, or SIGINT/SIGTERM);
-    the HTTP app on a side port if asked (:func:`_bind_side`)."""
-    sock = _bind_side(config.http.host, config.http.port) if side_http else None
-    try:
-        review = _url(config.http.host, sock, REVIEW_PATH) if sock is not None else None
-        proxy, recorder = build_proxy(config, spare_connections=False, review_url=review)
-        async with serving(proxy, recorder, config), anyio.create_task_group() as tg:
-            server: uvicorn.Server | None = None
-            if sock is not None:
-                server = _uvicorn(create_app(proxy, config, lifespan_runs_proxy=False))
-                tg.start_soon(_serve_side, server, sock)
-                announce(_url(config.http.host, sock))
-            with anyio.CancelScope() as agent:
-
-                def stop() -> None:
-                    proxy.sessions.stop_retrying()
-                    agent.cancel()
-
-                await tg.start(_on_signal, stop)
-                await proxy.serve_stdio(config.http.max_body_bytes)
-            if server is not None:
-                server.should_exit = True
-            tg.cancel_scope.cancel()
-    finally:
-        if sock is not None:
-            sock.close()
-
-
-async def _serve_side(server: uvicorn.Server, sock: socket.socket) -> None:
-    with anyio.CancelScope(shield=True):
-        await server.serve(sockets=[sock])
-
-
 __all__ = [
     "MCP_PATH",
     "OPENAPI_PATH",
+    "REVIEW_PATH",
     "Recorder",
     "build_proxy",
     "create_app",
-    "run_http",
-    "run_stdio",
     "serving",
-    "sessions_router",
 ]

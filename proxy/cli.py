@@ -176,11 +176,11 @@ def serve(
 
     from guard.approvals import ApprovalStoreError
     from guard.policy import PolicyError
-    from proxy.app import run_http, run_stdio
     from proxy.config import ConfigError, ProxyConfig
     from proxy.held import NoReviewerError
     from proxy.ledger import LedgerError
-    from proxy.upstreams import UpstreamError
+    from proxy.serve import run_http, run_stdio
+    from proxy.upstream_types import UpstreamError
 
     try:
         settings = ProxyConfig.load(config)

@@ -14,8 +14,9 @@ from typing import Any
 
 from guard.effects import classify
 from guard.models import EffectClass
+from proxy.catalog import ToolRoute
 from proxy.sessions import SESSION_META_KEY
-from proxy.upstreams import ToolRoute, Upstream
+from proxy.upstreams import Upstream
 
 
 def default_session(route: ToolRoute, arguments: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -46,7 +46,8 @@ from guard.effects import classify
 from guard.errors import ErrorClass
 from guard.models import ChangeSet, EffectClass, ErrorHint, ToolCall, ToolOutcome, Verdict, Violation
 from proxy import telemetry
-from proxy.upstreams import ToolRoute, Upstream
+from proxy.catalog import ToolRoute
+from proxy.upstreams import Upstream
 
 logger = logging.getLogger(__name__)
 

@@ -7,14 +7,14 @@ self-contained POST, so :class:`LeanUpstream` sends it on the upstream's pooled 
 the headers and ``_meta`` envelope the SDK client sends (the envelope is copied from the SDK's own
 requests on the same client, never rebuilt), and reads the JSON or single-answer SSE response.
 
-Outcomes are those of the SDK path (:meth:`proxy.upstreams.UpstreamConnection.call_tool`):
+Outcomes are those of the SDK path (:meth:`proxy.upstream_connection.UpstreamConnection.call_tool`):
 
 * a JSON-RPC error, in a 2xx or (as JSON) a 4xx/5xx body -> :class:`~mcp.MCPError` with it;
 * another 4xx/5xx -> ``-32601`` "Not Found" (404) or ``-32603`` "Server returned an error response";
   ``202`` -> ``-32600``; an unexpected content type -> ``-32600``; unparsable JSON -> ``-32700``;
 * no answer within ``CALL_TIMEOUT_S`` -> ``-32001`` (request timeout);
 * the connection failing under the request (reset, refused, closed mid-answer) -> ``-32000``
-  (connection closed), which the connection reports as :class:`~proxy.upstreams.UpstreamGoneError`;
+  (connection closed), which the connection reports as :class:`~proxy.upstream_types.UpstreamGoneError`;
 * a result is checked against the version's result schema and, unless ``isError``, the tool's output
   schema (``ClientSession.validate_tool_result``), as the SDK client does.
 
@@ -49,7 +49,7 @@ from proxy import telemetry
 if TYPE_CHECKING:
     from mcp.shared.dispatcher import ProgressFnT
 
-    from proxy.upstreams import UpstreamConnection
+    from proxy.upstream_connection import UpstreamConnection
 
 logger = logging.getLogger(__name__)
 

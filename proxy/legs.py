@@ -30,13 +30,9 @@ from guard.retry import RetryPolicy, StoppableClock
 from guard.session import Executor, GuardSession, ToolResult
 from guard.txext.client import RemoteBackend, TransactionError
 from proxy.session_types import SESSION_META_KEY
-from proxy.upstreams import (
-    CALL_TIMEOUT_S,
-    Upstream,
-    UpstreamConnection,
-    UpstreamGoneError,
-    is_connection_lost,
-)
+from proxy.upstream_connection import CALL_TIMEOUT_S, UpstreamConnection, is_connection_lost
+from proxy.upstream_types import UpstreamGoneError
+from proxy.upstreams import Upstream
 
 logger = logging.getLogger(__name__)
 

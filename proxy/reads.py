@@ -20,7 +20,8 @@ from mcp.server import ServerRequestContext
 from mcp.server.connection import Connection
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from proxy.upstreams import Upstream, UpstreamError, strip_reserved_meta
+from proxy.upstream_types import UpstreamError
+from proxy.upstreams import Upstream, strip_reserved_meta
 
 logger = logging.getLogger(__name__)
 

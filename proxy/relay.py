@@ -68,7 +68,9 @@ from guard.errors import PreconditionFailed
 from guard.models import ToolCall, ToolOutcome, Verdict
 from proxy.reads import Reads, agent_connection, offering
 from proxy.rounds import ROUND_TIMEOUT_S, Rounds
-from proxy.upstreams import Upstream, UpstreamConnection, UpstreamError, strip_reserved_meta
+from proxy.upstream_connection import UpstreamConnection
+from proxy.upstream_types import UpstreamError
+from proxy.upstreams import Upstream, strip_reserved_meta
 
 if TYPE_CHECKING:
     from proxy.server import GuardProxy
@@ -117,7 +119,7 @@ class RelayServer(Server[Any]):
 class Relay:
     """The relay of one :class:`~proxy.server.GuardProxy` (see the module docstring).
 
-    It is every upstream's :class:`~proxy.upstreams.ConnectionPeer` (set on construction), a server
+    It is every upstream's :class:`~proxy.upstream_connection.ConnectionPeer` (set on construction), a server
     middleware (:meth:`middleware`: it marks the agent request each upstream request is made for),
     and, once :meth:`install` ran, the handler of the relayed methods. :meth:`run` delivers the
     upstreams' notifications; it runs in the proxy's task group while the proxy serves.
@@ -154,7 +156,7 @@ class Relay:
     async def install(self) -> None:
         """Register the relayed methods the upstreams offer, and check names and URIs do not clash.
 
-        Runs once the upstreams are connected. Raises :class:`~proxy.upstreams.UpstreamError`
+        Runs once the upstreams are connected. Raises :class:`~proxy.upstream_types.UpstreamError`
         naming both upstreams when two serve one prompt name, resource URI or resource template.
         """
         server, reads = self.proxy.server, self.reads

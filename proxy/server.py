@@ -53,6 +53,7 @@ from guard.models import CommitOutcome, EffectClass, ToolCall, ToolOutcome, Verd
 from guard.session import RESERVED_PREFIX
 from guard.steps import unknown_tool
 from proxy import telemetry
+from proxy.catalog import ToolRoute, build_catalog
 from proxy.commits import entry_outcome
 from proxy.config import ConfigError, ProxyConfig
 from proxy.dropin import commit_description, default_session, rollback_description, upstream_label
@@ -72,7 +73,8 @@ from proxy.render import (
 )
 from proxy.sessions import SESSION_META_KEY, ProxySession, lost_message
 from proxy.stdio import stdio_streams
-from proxy.upstreams import ToolRoute, Upstream, UpstreamError, build_catalog, strip_reserved_meta
+from proxy.upstream_types import UpstreamError
+from proxy.upstreams import Upstream, strip_reserved_meta
 
 logger = logging.getLogger(__name__)
 

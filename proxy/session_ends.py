@@ -35,7 +35,7 @@ from proxy.ledger import CommitRecord, LedgerError, SessionLedger, applied_on, f
 from proxy.legs import Leg, is_gone, journaled
 from proxy.session_outcomes import Attempted, upstream_failed
 from proxy.session_types import CallResult, RollbackOutcome, RollbackReason, SessionObserver, lost_message
-from proxy.upstreams import UpstreamError
+from proxy.upstream_types import UpstreamError
 
 logger = logging.getLogger(__name__)
 

@@ -59,7 +59,8 @@ from proxy.session_types import (
     lost_message,
     silent,
 )
-from proxy.upstreams import Upstream, UpstreamError
+from proxy.upstream_types import UpstreamError
+from proxy.upstreams import Upstream
 
 __all__ = [
     "SESSION_META_KEY",

@@ -1,4 +1,4 @@
-"""Upstream MCP servers: what the config names, the live connections to them, and their tool catalog.
+"""Upstream MCP servers: what the config names, and how sessions reach them.
 
 An upstream is a real MCP server the proxy relays to, over stdio (a subprocess per connection) or
 streamable HTTP. At startup the proxy opens one connection per upstream, lists its tools and reads
@@ -8,44 +8,34 @@ reused for all of that session's calls and transactions, because the participant
 belongs to the connection's session. Non-transactional upstreams serve every session through the
 one shared connection (writes are journaled by ``guard.journal.JournalBackend``).
 
-Each connection lives in a task of its own (the SDK's client is an async context manager, which
-AnyIO requires to be entered and left by one task); :meth:`UpstreamConnection.aclose` asks that
-task to leave. A connection whose upstream died answers every request with ``-32000`` (connection
-closed); :class:`UpstreamGoneError` is how the proxy reports it, and the next session reconnects.
+One connection is :class:`proxy.upstream_connection.UpstreamConnection`; the agent-visible catalog
+built from every upstream's tools is :mod:`proxy.catalog`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol, cast
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 import anyio
 import anyio.abc
 import httpx2
 import mcp.types as types
-from mcp import Client, MCPError, StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.dispatcher import ProgressFnT
+from mcp import MCPError, StdioServerParameters
 
-from guard.backend import BackendError
 from guard.effects import ToolInfo, detected_sql_argument
 from guard.policy import EMPTY, PolicyError, PolicyPack, load_policy
 from guard.session import RESERVED_PREFIX
 from guard.txext.protocol import advertised_writers, advertises
 from proxy.lean_upstream import LeanUpstream
+from proxy.upstream_connection import ConnectionPeer, UpstreamConnection
 from proxy.upstream_http import upstream_http_client
-from proxy.upstream_types import UpstreamSettings
+from proxy.upstream_types import UpstreamError, UpstreamSettings
 
 logger = logging.getLogger(__name__)
 
-CONNECT_TIMEOUT_S = 60.0
-"""Longest wait for an upstream to answer its handshake (a stdio server may import a lot first)."""
-CALL_TIMEOUT_S = 120.0
-"""Longest wait for one upstream request; past it the request fails with ``-32001``."""
 HTTP_TIMEOUT_S = 30.0
 HTTP_READ_TIMEOUT_S = 300.0
 """The SDK's own HTTP timeouts (connect, write, pool; read, for streams held open)."""
@@ -61,42 +51,6 @@ Transport = Literal["stdio", "http"]
 Transactional = Literal["auto", "true", "false"] | bool
 
 
-class ConnectionPeer(Protocol):
-    """What stands for the agents on an upstream connection (``proxy.relay.Relay`` is one).
-
-    ``client_options`` are extra keyword arguments of the connection's ``mcp.Client``: the callbacks
-    that answer the upstream's own requests (sampling, elicitation, roots) and take its log
-    messages and notifications, which also declare those capabilities to the upstream.
-    ``forwarding`` is entered around every request the connection forwards for an agent: it yields
-    the progress callback to pass upstream (None: the agent asked for no progress) and ``_meta``
-    entries to add to the request.
-    """
-
-    def client_options(self, connection: UpstreamConnection) -> dict[str, Any]: ...
-
-    def forwarding(
-        self, connection: UpstreamConnection
-    ) -> AbstractAsyncContextManager[tuple[ProgressFnT | None, dict[str, Any]]]: ...
-
-
-@asynccontextmanager
-async def _no_forwarding() -> AsyncIterator[tuple[ProgressFnT | None, dict[str, Any]]]:
-    yield None, {}
-
-
-class UpstreamError(Exception):
-    """An upstream could not be used as configured (the message names the upstream and why)."""
-
-
-class UpstreamGoneError(UpstreamError, BackendError):
-    """The connection to an upstream is closed: the process exited or the server went away.
-
-    Whatever the upstream held for the connection (an open transaction included) is gone with it.
-    It is a :class:`~guard.backend.BackendError` too: the guard does not classify and retry it as a
-    failed call (there is no connection to retry on); it ends the session's transaction.
-    """
-
-
 def strip_reserved_meta(meta: Mapping[str, Any] | None) -> dict[str, Any]:
     """A copy of ``meta`` without the keys the proxy must not relay (see RESERVED_META_PREFIXES)."""
     return {
@@ -104,11 +58,6 @@ def strip_reserved_meta(meta: Mapping[str, Any] | None) -> dict[str, Any]:
         for key, value in (meta or {}).items()
         if key not in _RESERVED_META_KEYS and not key.startswith(RESERVED_META_PREFIXES)
     }
-
-
-def is_connection_lost(exc: BaseException) -> bool:
-    """True for the SDK's error for a request on a closed connection (the upstream went away)."""
-    return isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED
 
 
 def process_env(spec: UpstreamSettings, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -138,190 +87,6 @@ def _target(spec: UpstreamSettings) -> StdioServerParameters | str:
             raise UpstreamError(f"upstream {spec.name!r}: transport http needs a url")
         return spec.url
     raise UpstreamError(f"upstream {spec.name!r}: unknown transport {spec.transport!r} (stdio or http)")
-
-
-class UpstreamConnection:
-    """One initialised MCP client connection to an upstream, owned by its own task.
-
-    Open it with :meth:`open`; use :attr:`session` (an ``mcp.ClientSession``) from the event loop;
-    close it with :meth:`aclose` (idempotent). :attr:`lost` turns True once a request found the
-    connection closed, so owners can drop it instead of reusing it.
-    """
-
-    def __init__(
-        self,
-        upstream: str,
-        target: StdioServerParameters | str,
-        http: httpx2.AsyncClient | None = None,
-        peer: ConnectionPeer | None = None,
-        lean: LeanUpstream | None = None,
-    ) -> None:
-        self.upstream = upstream
-        self.lean = lean
-        self._target = target
-        self._http = http
-        self.peer = peer
-        self._client: Client | None = None
-        self._stop = anyio.Event()
-        self._stopped = anyio.Event()
-        self.lost = False
-
-    @classmethod
-    async def open(
-        cls,
-        task_group: anyio.abc.TaskGroup,
-        upstream: str,
-        target: StdioServerParameters | str,
-        *,
-        http: httpx2.AsyncClient | None = None,
-        connect_timeout: float = CONNECT_TIMEOUT_S,
-        peer: ConnectionPeer | None = None,
-        lean: LeanUpstream | None = None,
-    ) -> UpstreamConnection:
-        """Start the connection's task in ``task_group`` and return once the handshake is done.
-
-        ``http`` is the HTTP client to reach a streamable-HTTP upstream with (shared by its
-        connections: a new client builds a TLS context, tens of milliseconds per session).
-        ``peer`` answers the upstream's requests to the client and relays its notifications.
-        Raises :class:`UpstreamError` (naming the upstream and the cause) if it cannot connect.
-        """
-        conn = cls(upstream, target, http, peer, lean)
-        try:
-            with anyio.fail_after(connect_timeout):
-                await task_group.start(conn._run)
-        except TimeoutError as exc:
-            raise UpstreamError(
-                f"upstream {upstream!r}: cannot connect: no answer within {connect_timeout:g} s"
-            ) from exc
-        except Exception as exc:
-            raise UpstreamError(f"upstream {upstream!r}: cannot connect: {_describe(exc)}") from exc
-        return conn
-
-    async def _run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        started = False
-        try:
-            server: Any = self._target
-            if isinstance(self._target, str) and self._http is not None:
-                server = streamable_http_client(self._target, http_client=self._http)
-            options = self.peer.client_options(self) if self.peer is not None else {}
-            client = Client(server, mode="auto", cache=None, read_timeout_seconds=CALL_TIMEOUT_S, **options)
-            async with client:
-                self._client = client
-                started = True
-                task_status.started()
-                try:
-                    await self._stop.wait()
-                finally:
-                    self._client = None
-        except Exception as exc:
-            if not started:
-                raise
-            # The upstream went away and its client failed to close cleanly: the connection is
-            # already unusable, and the proxy must keep serving, so the error ends here, logged.
-            logger.warning("upstream %r: connection closed with an error: %s", self.upstream, _describe(exc))
-        finally:
-            self.lost = True
-            self._stopped.set()
-
-    @property
-    def client(self) -> Client:
-        if self._client is None:
-            raise UpstreamGoneError(f"upstream {self.upstream!r}: the connection is closed")
-        return self._client
-
-    @property
-    def session(self) -> Any:
-        """The ``mcp.ClientSession`` of this connection (typed loosely: the SDK's generic session)."""
-        return self.client.session
-
-    @property
-    def capabilities(self) -> types.ServerCapabilities | None:
-        return self.client.server_capabilities
-
-    @property
-    def alive(self) -> bool:
-        return self._client is not None and not self.lost
-
-    async def list_tools(self) -> list[types.Tool]:
-        """Every tool the upstream lists, following pagination cursors."""
-        tools: list[types.Tool] = []
-        cursor: str | None = None
-        while True:
-            try:
-                page = await self.client.list_tools(cursor=cursor)
-            except MCPError as exc:
-                self.note(exc)
-                raise
-            tools.extend(page.tools)
-            cursor = page.next_cursor
-            if not cursor:
-                return tools
-
-    async def call_tool(
-        self, name: str, arguments: Mapping[str, Any], meta: Mapping[str, Any] | None
-    ) -> types.CallToolResult:
-        """One ``tools/call``; a closed connection raises :class:`UpstreamGoneError`.
-
-        The agent's progress token and the upstream's input requests (2026-07-28 rounds, answered
-        through the connection's peer) are relayed while the call runs. A plain call to a 2026-07-28
-        HTTP upstream is sent by :attr:`lean` (proxy/lean_upstream.py), the rest by the SDK client.
-        """
-        try:
-            async with self.forwarding() as (progress, extra):
-                forwarded = cast("types.RequestParamsMeta", {**dict(meta or {}), **extra})
-                if self.lean is not None and self.lean.takes(self, name, progress, extra):
-                    result = await self.lean.call_tool(self, name, arguments, forwarded, CALL_TIMEOUT_S)
-                else:
-                    result = await self.client.call_tool(
-                        name, dict(arguments), CALL_TIMEOUT_S, progress, meta=forwarded
-                    )
-        except MCPError as exc:
-            self.note(exc)
-            raise
-        if not isinstance(result, types.CallToolResult):
-            raise UpstreamError(
-                f"upstream {self.upstream!r} answered tools/call {name!r} with {type(result).__name__}, "
-                "which the proxy does not relay"
-            )
-        return result
-
-    def forwarding(self) -> AbstractAsyncContextManager[tuple[ProgressFnT | None, dict[str, Any]]]:
-        """Entered around a request forwarded for an agent (see :class:`ConnectionPeer`)."""
-        return self.peer.forwarding(self) if self.peer is not None else _no_forwarding()
-
-    async def answers(self, timeout: float = 5.0) -> bool:
-        """The upstream answers a ping (a connection that waited unused may have lost its upstream)."""
-        if not self.alive:
-            return False
-        with anyio.move_on_after(timeout):
-            try:
-                await self.session.send_ping()
-            except MCPError as exc:
-                if exc.code not in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
-                    return True  # an answer all the same (the 2026-07-28 era has no ping: -32601)
-                logger.info("upstream %r: a waiting connection is gone: %s", self.upstream, exc.message)
-                self.lost = True
-                return False
-            return True
-        self.lost = True
-        return False
-
-    def note(self, exc: MCPError) -> None:
-        """Raise :class:`UpstreamGoneError` for an error that says the connection is closed."""
-        if is_connection_lost(exc):
-            self.lost = True
-            raise UpstreamGoneError(f"upstream {self.upstream!r}: connection closed ({exc.message})") from exc
-
-    async def aclose(self) -> None:
-        self._stop.set()
-        await self._stopped.wait()
-
-
-def _describe(exc: BaseException) -> str:
-    """``Type: message`` of the error itself, looking inside the task groups that wrap it."""
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_describe(e) for e in exc.exceptions)
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _transactional_setting(value: Any) -> bool | None:
@@ -447,35 +212,11 @@ class Upstream:
         except (MCPError, UpstreamError) as exc:
             await conn.aclose()
             raise UpstreamError(f"upstream {self.name!r}: cannot list its tools: {exc}") from exc
-        self.set_tools(tools)
-        self.capabilities = conn.capabilities
-        if self.spec.policy:
-            try:
-                self.policy = load_policy(
-                    self.spec.policy, tool_schemas={t.name: t.input_schema for t in tools}
-                )
-            except PolicyError as exc:
-                await conn.aclose()
-                raise UpstreamError(
-                    f"upstream {self.name!r}: its policy pack does not fit its tools: {exc}"
-                ) from exc
-        unknown = sorted(set(self.spec.sql_tools) - set(self.tools))
-        if unknown:
+        try:
+            self._adopt(tools, conn.capabilities, forced)
+        except UpstreamError:
             await conn.aclose()
-            raise UpstreamError(
-                f"upstream {self.name!r}: sql_tools names {', '.join(map(repr, unknown))}, which it does "
-                f"not list (its tools: {', '.join(sorted(self.tools))})"
-            )
-        speaks = advertises(conn.capabilities)
-        if forced is True and not speaks:
-            await conn.aclose()
-            raise UpstreamError(
-                f"upstream {self.name!r}: the config says transactional: true, but it does not advertise "
-                "the shadowguard/tx extension (docs/transaction-extension.md); set transactional: auto "
-                "(or false) to drive it through the journal"
-            )
-        self.transactional = speaks if forced is None else forced
-        self._adopt_writers(conn.capabilities)
+            raise
         if self.transactional:
             self._spare = conn
         else:
@@ -486,6 +227,40 @@ class Upstream:
             len(self.tools),
             "transactional" if self.transactional else "journaled",
         )
+
+    def _adopt(
+        self, tools: list[types.Tool], capabilities: types.ServerCapabilities | None, forced: bool | None
+    ) -> None:
+        """Take what the startup connection listed and advertised: the tools, the policy pack compiled
+        against their schemas, whether the upstream transacts (``forced``: the config's say), its
+        writer slots. Raises :class:`UpstreamError` for a pack or ``sql_tools`` that does not fit the
+        tools, or ``transactional: true`` for an upstream that does not advertise the extension."""
+        self.set_tools(tools)
+        self.capabilities = capabilities
+        if self.spec.policy:
+            try:
+                self.policy = load_policy(
+                    self.spec.policy, tool_schemas={t.name: t.input_schema for t in tools}
+                )
+            except PolicyError as exc:
+                raise UpstreamError(
+                    f"upstream {self.name!r}: its policy pack does not fit its tools: {exc}"
+                ) from exc
+        unknown = sorted(set(self.spec.sql_tools) - set(self.tools))
+        if unknown:
+            raise UpstreamError(
+                f"upstream {self.name!r}: sql_tools names {', '.join(map(repr, unknown))}, which it does "
+                f"not list (its tools: {', '.join(sorted(self.tools))})"
+            )
+        speaks = advertises(capabilities)
+        if forced is True and not speaks:
+            raise UpstreamError(
+                f"upstream {self.name!r}: the config says transactional: true, but it does not advertise "
+                "the shadowguard/tx extension (docs/transaction-extension.md); set transactional: auto "
+                "(or false) to drive it through the journal"
+            )
+        self.transactional = speaks if forced is None else forced
+        self._adopt_writers(capabilities)
 
     async def _open(self, *, prime: bool = True) -> UpstreamConnection:
         """A new connection; ``prime`` lists the tools on it at once, so that the client knows each
@@ -583,49 +358,3 @@ def _tool_info(tool: types.Tool, sql: Any = None, *, detect_sql: bool = False) -
         sql_dialect="" if detected is not None else None,
         sql_argument=detected,
     )
-
-
-@dataclass(frozen=True)
-class ToolRoute:
-    """Where an agent-visible tool name leads: the upstream and the tool's own name there."""
-
-    exposed: str
-    upstream: Upstream
-    tool: types.Tool
-
-    @property
-    def name(self) -> str:
-        return self.tool.name
-
-    def agent_tool(self) -> types.Tool:
-        """The tool as agents see it: the upstream's schema and annotations, under its exposed name."""
-        if self.exposed == self.tool.name:
-            return self.tool
-        return self.tool.model_copy(update={"name": self.exposed})
-
-
-def build_catalog(upstreams: Sequence[Upstream], reserved: Sequence[str] = ()) -> dict[str, ToolRoute]:
-    """Agent-visible tool name -> route, in upstream and listing order.
-
-    Reserved and policy-hidden tools are left out. Two visible tools with one name (or a tool named
-    like the proxy's own ``reserved`` tools) are a configuration error naming both and the fix.
-    """
-    routes: dict[str, ToolRoute] = {}
-    for upstream in upstreams:
-        for name, tool in upstream.tools.items():
-            if not upstream.visible(name):
-                continue
-            exposed = upstream.prefix + name
-            clash = routes.get(exposed)
-            if clash is not None:
-                raise UpstreamError(
-                    f"tool name {exposed!r} is served by upstreams {clash.upstream.name!r} and "
-                    f"{upstream.name!r}: give one of them a prefix in the config"
-                )
-            if exposed in reserved:
-                raise UpstreamError(
-                    f"upstream {upstream.name!r} serves a tool named {exposed!r}, which is the proxy's own "
-                    "tool: give the upstream a prefix or rename the proxy's tool (commit_tool.name)"
-                )
-            routes[exposed] = ToolRoute(exposed=exposed, upstream=upstream, tool=tool)
-    return routes

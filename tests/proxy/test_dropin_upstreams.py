@@ -25,7 +25,8 @@ from guard.models import EffectClass
 from proxy.config import UpstreamConfig
 from proxy.registry import SessionRegistry
 from proxy.server import GuardProxy
-from proxy.upstreams import Upstream, UpstreamError
+from proxy.upstream_types import UpstreamError
+from proxy.upstreams import Upstream
 from tests.support.proxy import text
 
 pytestmark = pytest.mark.anyio

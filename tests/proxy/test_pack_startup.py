@@ -11,7 +11,8 @@ import anyio
 import pytest
 
 from proxy.config import UpstreamConfig
-from proxy.upstreams import Upstream, UpstreamError
+from proxy.upstream_types import UpstreamError
+from proxy.upstreams import Upstream
 
 pytestmark = pytest.mark.anyio
 

@@ -459,9 +459,9 @@ def test_startup_warns_when_reviewers_are_set_and_sessions_are_open(
     auth: AuthConfig, warned: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     app = create_app(GuardProxy([], SessionRegistry()), ProxyConfig(auth=auth), lifespan_runs_proxy=False)
-    with caplog.at_level(logging.WARNING, logger="proxy.app"), serving(app):
+    with caplog.at_level(logging.WARNING, logger="proxy.sessions_api"), serving(app):
         pass
-    warnings = [r for r in caplog.records if r.name == "proxy.app" and WARNING in r.getMessage()]
+    warnings = [r for r in caplog.records if r.name == "proxy.sessions_api" and WARNING in r.getMessage()]
     assert len(warnings) == (1 if warned else 0), caplog.text
     if warned:
         assert warnings[0].levelno == logging.WARNING and "auth.orchestrators" in warnings[0].getMessage()
