@@ -185,6 +185,11 @@ class TcpRelay:
         for conn in conns:
             with suppress(OSError):
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            # close() alone does not release a socket another thread is blocked in recv() on (Linux):
+            # the connection stayed up, a query in flight hung for good, and the pump could write into
+            # a socket that reused the fd. shutdown() wakes the pump; close() then resets the connection.
+            with suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
             conn.close()
 
     def _accept(self, listener: socket.socket) -> None:

@@ -13,9 +13,11 @@ busy timeout, so several processes can share one file.
 from __future__ import annotations
 
 import re
+import sqlite3
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 
 from guard.approvals.models import (
@@ -80,7 +82,12 @@ class SqlApprovalStore(TransitionStore):
     database cannot be reached or the tables cannot be created.
     """
 
-    _unreachable = (sa.exc.OperationalError, sa.exc.InterfaceError)
+    _unreachable = (sa.exc.DBAPIError, sa.exc.TimeoutError, psycopg.Error, sqlite3.Error)
+    """Every error of the database or its driver, wrapped by SQLAlchemy or not (a broken connection
+    shows as an OperationalError, an InterfaceError or a ProgrammingError: "can't change 'autocommit'
+    now: connection in transaction status ACTIVE"), and the pool's timeout: the store is unavailable,
+    nothing was changed (every write is one transaction). The connection that failed is discarded
+    (:func:`_engine`'s ``handle_error``), so the next use opens a new one."""
 
     def __init__(self, url: str, *, clock: Clock = utcnow, base_dir: Path | None = None) -> None:
         super().__init__(clock)
@@ -230,8 +237,22 @@ def _parse(url: str, base_dir: Path | None) -> tuple[sa.URL, str, str]:
 
 
 def _engine(url: sa.URL) -> sa.Engine:
+    """The store's engine. Any DBAPI error marks its connection as disconnected, so the pool discards it
+    (a pre-ping that fails in any way, too: the pool then opens a new connection): a connection left
+    mid-query or broken by an outage is never handed out again."""
     if url.get_backend_name() != "sqlite":
-        return sa.create_engine(url, pool_pre_ping=True)
+        engine = sa.create_engine(url, pool_pre_ping=True)
+    else:
+        engine = _sqlite_engine(url)
+
+    @sa.event.listens_for(engine, "handle_error")
+    def _discard(context: sa.engine.ExceptionContext) -> None:
+        context.is_disconnect = True
+
+    return engine
+
+
+def _sqlite_engine(url: sa.URL) -> sa.Engine:
     engine = sa.create_engine(url, connect_args={"timeout": _BUSY_TIMEOUT_S, "check_same_thread": False})
 
     @sa.event.listens_for(engine, "connect")
