@@ -18,6 +18,7 @@ proxy on the same store with a 1 s expiry shows an expired approval never runs.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import secrets
 import shutil
@@ -52,6 +53,8 @@ from benchmark.perf_proxy import ProxyBenchError
 
 APPROVALS_POLICY = NOTES_POLICY.with_name("notes_approvals_policy.yaml")
 TRANSIENT = "transient"
+STORE_AWAY_RULE = "approvals_unavailable"
+"""The rule a call or commit refused because the approval store cannot be reached names."""
 
 
 class FaultTrialError(RuntimeError):
@@ -343,6 +346,10 @@ class _Outage:
             self.rec.problem(
                 None, f"{what} while the approval store was away: not a transient error: {_shown(answer)}"
             )
+        elif STORE_AWAY_RULE not in json.dumps(verdict):
+            # refused, but for another reason (a lock held by another session, say): the trial did
+            # not test the store at all
+            self.rec.problem(None, f"{what} was refused but not for the store being away: {_shown(answer)}")
 
     async def run(self, url: str, expiring_url: str) -> None:
         base = url.rsplit("/mcp", 1)[0]
@@ -359,7 +366,6 @@ class _Outage:
             if held.get("error_class") != "approval_pending" or not approval:
                 self.rec.problem(None, f"delete_note was not held for approval: {held}")
                 return
-            await _call(a, t, "put_note", {"id": self.note("z"), "body": "x", "status": "draft"})
             await anyio.to_thread.run_sync(self.outage.down)
             self._fail_closed(
                 await _call(a, s, "delete_note", {"id": self.note("y")}), "a new irreversible call"
@@ -367,6 +373,9 @@ class _Outage:
             self._fail_closed(
                 await _call(a, s, "delete_note", {"id": self.note("x")}), "the held call sent again"
             )
+            # written after the irreversible calls: t's open write would hold the upstream's (SQLite)
+            # write lock, and they would meet that lock instead of the missing store
+            await _call(a, t, "put_note", {"id": self.note("z"), "body": "x", "status": "draft"})
             self._fail_closed(await _call(a, t, "commit", {}), "a commit")
             ready = await api.get("/readyz")
             self.rec.details["readyz_while_away"] = ready.status_code
