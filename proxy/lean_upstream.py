@@ -32,7 +32,7 @@ import itertools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
 import httpx2
@@ -57,6 +57,7 @@ ENVELOPE_KEYS = (PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABIL
 X_MCP_HEADER = "x-mcp-header"
 
 Callbacks = Mapping[str, Callable[..., Awaitable[Any]]]
+R = TypeVar("R", bound=types.Result)
 
 
 class EnvelopeTap:
@@ -159,31 +160,54 @@ class LeanUpstream:
         self, name: str, arguments: Mapping[str, Any], meta: Mapping[str, Any], timeout: float
     ) -> types.CallToolResult | types.InputRequiredResult:
         """One ``tools/call`` POST; raises :class:`MCPError` as the SDK client would (module docstring)."""
+        params = {"name": name, "arguments": dict(arguments), "_meta": dict(meta)}
+        version, raw = await self.request(
+            "tools/call", params, timeout, {"mcp-name": encode_header_value(name)}
+        )
+        return _result(version, raw)
+
+    def ready(self) -> bool:
+        """The SDK client's ``_meta`` envelope is known: :meth:`request` can be sent."""
+        return self.tap.envelope is not None
+
+    async def request(
+        self,
+        method: str,
+        params: Mapping[str, Any],
+        timeout: float,
+        headers: Mapping[str, str] | None = None,
+    ) -> tuple[str, dict[str, Any]]:
+        """One JSON-RPC request of ``method`` as one POST, ``params["_meta"]`` completed with the SDK
+        client's envelope; the protocol version and the raw result (not validated: the caller's
+        job). Raises :class:`MCPError` as the SDK client would (module docstring); a timeout says
+        ``method``."""
         envelope = self.tap.envelope
         if envelope is None:
-            raise RuntimeError("LeanUpstream.call before the SDK sent a 2026-07-28 request (check ready)")
+            raise RuntimeError(
+                f"LeanUpstream {method} before the SDK sent a 2026-07-28 request (check ready)"
+            )
         version = envelope[PROTOCOL_VERSION_META_KEY]
         request_id = next(self._ids)
-        params = {"name": name, "arguments": dict(arguments), "_meta": {**meta, **envelope}}
-        body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
-        headers = {
+        sent = {**params, "_meta": {**(params.get("_meta") or {}), **envelope}}
+        body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": sent}
+        wire = {
             "accept": "application/json, text/event-stream",
             "content-type": "application/json",
             "mcp-protocol-version": version,
-            "mcp-method": "tools/call",
-            "mcp-name": encode_header_value(name),
+            "mcp-method": method,
+            **(headers or {}),
         }
         try:
             with anyio.fail_after(timeout):
-                raw = await self._post(json.dumps(body).encode(), headers, request_id)
+                raw = await self._post(json.dumps(body).encode(), wire, request_id)
         except TimeoutError:
             raise MCPError(
                 code=types.REQUEST_TIMEOUT,
-                message=f"Timed out while waiting for response to tools/call. Waited {timeout} seconds.",
+                message=f"Timed out while waiting for response to {method}. Waited {timeout} seconds.",
             ) from None
         except httpx2.TransportError as exc:
             raise MCPError(code=types.CONNECTION_CLOSED, message=f"Connection closed: {exc!r}") from exc
-        return _result(version, raw)
+        return version, raw
 
     async def _post(self, content: bytes, headers: dict[str, str], request_id: int) -> dict[str, Any]:
         """The JSON-RPC result of the POST (its error raised as MCPError)."""
@@ -209,6 +233,56 @@ class LeanUpstream:
         result = message.get("result")
         if not isinstance(result, dict):
             raise MCPError(code=types.PARSE_ERROR, message="Failed to parse JSON response: no result")
+        return result
+
+
+class LeanTxSession:
+    """What :class:`guard.txext.RemoteBackend` needs of a client session (``send_request``,
+    ``call_tool``), for a transactional connection: each ``shadowguard/tx`` request (begin, query,
+    changes, commit, ...) goes as one POST through the upstream's :class:`LeanUpstream` once it is
+    :meth:`~LeanUpstream.ready` on a 2026-07-28 connection, else, like every ``call_tool``, through
+    the connection's SDK session. Results and errors are the SDK path's: a JSON-RPC error or a lost
+    connection is :class:`MCPError`, a result that does not fit ``result_type`` raises pydantic's
+    ``ValidationError``, as ``ClientSession.send_request`` does (the profile of issue 18: the SDK's
+    dispatcher costs about a millisecond of proxy CPU per request, one to two requests per write)."""
+
+    def __init__(self, connection: UpstreamConnection) -> None:
+        self.connection = connection
+
+    async def send_request(
+        self,
+        request: types.Request[Any, Any],
+        result_type: type[R],
+        request_read_timeout_seconds: float | None = None,
+    ) -> R:
+        """``request``'s result as ``result_type`` (see the class docstring)."""
+        connection, lean, timeout = self.connection, self.connection.lean, request_read_timeout_seconds
+        if (
+            lean is None
+            or timeout is None  # the SDK session's own default applies
+            or not lean.ready()
+            or connection.client.protocol_version not in MODERN_PROTOCOL_VERSIONS
+        ):
+            result: R = await connection.session.send_request(request, result_type, timeout)
+            return result
+        data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+        telemetry.record_relay_call("lean_tx")
+        _, raw = await lean.request(data["method"], data.get("params") or {}, timeout)
+        return result_type.model_validate(raw)
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        read_timeout_seconds: float | None = None,
+        *,
+        meta: types.RequestParamsMeta | None = None,
+    ) -> types.CallToolResult:
+        """A ``tools/call`` on the connection's SDK session (the proxy forwards its own calls on the
+        connection: :meth:`proxy.upstreams.UpstreamConnection.call_tool`)."""
+        result: types.CallToolResult = await self.connection.session.call_tool(
+            name, arguments, read_timeout_seconds, meta=meta
+        )
         return result
 
 
@@ -279,4 +353,4 @@ async def answer_inputs(requests: Mapping[str, Any], callbacks: Callbacks) -> di
     return answers
 
 
-__all__ = ["EnvelopeTap", "LeanUpstream", "answer_inputs", "declares_param_headers"]
+__all__ = ["EnvelopeTap", "LeanTxSession", "LeanUpstream", "answer_inputs", "declares_param_headers"]

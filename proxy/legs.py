@@ -29,6 +29,7 @@ from guard.models import ToolCall
 from guard.retry import RetryPolicy, StoppableClock
 from guard.session import Executor, GuardSession, ToolResult
 from guard.txext.client import RemoteBackend, TransactionError
+from proxy.lean_upstream import LeanTxSession
 from proxy.session_types import SESSION_META_KEY
 from proxy.upstream_connection import CALL_TIMEOUT_S, UpstreamConnection, is_connection_lost
 from proxy.upstream_types import UpstreamGoneError
@@ -129,7 +130,9 @@ def begin_guard(leg: Leg, execute: Executor, gate: ApprovalGate | None, terms: G
     infos = upstream.tool_infos()
     if upstream.transactional:
         leg.remote = RemoteBackend(
-            leg.connection.session, meta={SESSION_META_KEY: leg.upstream_session}, timeout=CALL_TIMEOUT_S
+            LeanTxSession(leg.connection),
+            meta={SESSION_META_KEY: leg.upstream_session},
+            timeout=CALL_TIMEOUT_S,
         )
         backend: RemoteBackend | JournalBackend = leg.remote
     else:

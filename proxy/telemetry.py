@@ -76,7 +76,8 @@ TOOL_CALLS = Counter(
 )
 RELAY_CALLS = Counter(
     "shadowguard_relay_calls",
-    "tools/call requests relayed on a lean path, by path (lean_agent, lean_upstream).",
+    "Requests relayed on a lean path, by path (lean_agent, lean_upstream: tools/call; lean_tx: "
+    "shadowguard/tx requests of guarded transactions).",
     ["path"],
     registry=REGISTRY,
 )
@@ -271,7 +272,8 @@ def record_webhook_delivery(delivered: bool) -> None:
 
 
 def record_relay_call(path: str) -> None:
-    """Count one ``tools/call`` a lean path relayed (``lean_agent`` or ``lean_upstream``)."""
+    """Count one request a lean path relayed: a ``tools/call`` (``lean_agent``, ``lean_upstream``) or a
+    ``shadowguard/tx`` request (``lean_tx``)."""
     RELAY_CALLS.labels(path=path).inc()
 
 

@@ -20,7 +20,7 @@ import functools
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import anyio.from_thread
 import mcp.types as types
@@ -74,10 +74,33 @@ __all__ = [
     "SendToolCall",
     "SendToolCallAsync",
     "TransactionError",
+    "TxSession",
 ]
 
 T = TypeVar("T")
 R = TypeVar("R", bound=types.Result)
+
+
+class TxSession(Protocol):
+    """What RemoteBackend uses of its client session: an ``mcp.ClientSession``, or a stand-in that
+    sends the same requests another way with the same results and errors (the proxy's
+    ``proxy.lean_upstream.LeanTxSession``)."""
+
+    async def send_request(
+        self,
+        request: types.Request[Any, Any],
+        result_type: type[R],
+        request_read_timeout_seconds: float | None = None,
+    ) -> R: ...
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        read_timeout_seconds: float | None = None,
+        *,
+        meta: types.RequestParamsMeta | None = None,
+    ) -> types.CallToolResult: ...
 
 
 class RemoteBackend:
@@ -109,7 +132,7 @@ class RemoteBackend:
 
     def __init__(
         self,
-        session: ClientSession,
+        session: ClientSession | TxSession,
         *,
         meta: Mapping[str, Any] | None = None,
         timeout: float | None = None,
@@ -383,7 +406,11 @@ class RemoteBackend:
 
         def send(meta: dict[str, Any]) -> types.CallToolResult:
             call = functools.partial(
-                self.session.call_tool, name, dict(arguments or {}), self.timeout, meta=meta
+                self.session.call_tool,
+                name,
+                dict(arguments or {}),
+                self.timeout,
+                meta=cast(types.RequestParamsMeta, meta),
             )
             return self._sync(call)
 

@@ -148,6 +148,8 @@ async def test_the_lean_relay_answers_as_the_sdk_path_does(pair: Pair) -> None:
     agent = after.get("lean_agent", 0) - before.get("lean_agent", 0)
     assert agent >= 9, f"the lean path answered {agent} calls: {after}"
     assert after.get("lean_upstream", 0) > before.get("lean_upstream", 0), after
+    tx = after.get("lean_tx", 0) - before.get("lean_tx", 0)
+    assert tx >= 3, f"begin, the after-call checks and the rollback of a write went lean {tx} times: {after}"
     assert await lean_calls(pair.sdk) == {}, "lean_relay: false sends everything through the SDK"
 
 
