@@ -13,6 +13,9 @@ third of a benchmark attempt, so now (as on PostgreSQL, ``guard/pg_capture.py``)
 * A trigger's name and tag carry a digest of the table's definition, so two backends on one
   connection whose table sets differ (or define one table differently) each log only their own.
 * A session's log rows are deleted when it commits (inside its transaction); a rollback undoes them.
+* DDL run inside a transaction is undone with it. A caller that keeps a connection across transactions
+  it always rolls back (the benchmark's pooled attempt databases, ``benchmark/envs/store.py``) calls
+  :func:`ensure_capture` before beginning, so the triggers are created once per connection.
 """
 
 from __future__ import annotations
@@ -121,6 +124,15 @@ def connection_capture(connection: sa.Connection) -> ConnectionCapture:
     raw.create_function(GATE, 1, state.gate)
     info[_INFO_KEY] = state
     return state
+
+
+def capture_active(connection: sa.Connection) -> bool:
+    """Whether a session still has capture on for ``connection``'s current DBAPI connection (one that
+    began and neither committed nor rolled back). Registers nothing."""
+    state = connection.info.get(_INFO_KEY)
+    if not isinstance(state, ConnectionCapture) or state.raw is not connection.connection.dbapi_connection:
+        return False
+    return any(count > 0 for count in state.active.values())
 
 
 def ensure_capture(connection: sa.Connection, tables: Sequence[sa.Table]) -> tuple[str, ...]:

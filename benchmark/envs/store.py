@@ -10,8 +10,9 @@ pydantic JSON-mode rendering (so the state hash can be computed from the columns
 
 Two bookkeeping columns keep the reference's list semantics: ``_seq`` (store order; an upsert keeps
 the row's place) and ``_key`` (the model's ``get_id()`` as text). Each attempt gets its own database:
-a fresh in-memory SQLite database copied from a per-domain template, or on PostgreSQL a pooled schema
-holding the defaults, used inside one transaction that is rolled back when the attempt ends.
+on SQLite an in-memory database restored from a per-domain template (on a pooled connection: see
+:meth:`Database.open`), on PostgreSQL a pooled schema holding the defaults; either is used inside one
+transaction that is rolled back when the attempt ends.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import sqlalchemy as sa
-from sqlalchemy.pool import NullPool, Pool, StaticPool
+from sqlalchemy.pool import Pool, QueuePool, StaticPool
 
 from benchmark.envs.schema import TableSpec
+from guard.sqlite_capture import capture_active, ensure_capture
 
 _COLUMN_TYPES: dict[str, Any] = {
     "str": sa.Text,
@@ -55,6 +57,14 @@ _COMPILED: dict[tuple[Any, ...], _Compiled] = {}
 
 SEQ = "_seq"
 KEY = "_key"
+
+SQLITE_IDLE_PER_DOMAIN = 4
+"""How many idle SQLite attempt connections a :class:`Database` keeps per domain (more may be open
+at once; those past this number are closed when their attempt ends)."""
+_RESTORED = "shadowguard.envs.restored"
+"""Connection info key: the connection holds the template and the capture objects (set once)."""
+_COMMITTED = "shadowguard.envs.committed"
+"""Connection info key: something was committed on the connection during this attempt."""
 
 
 def build_metadata(tables: Sequence[TableSpec]) -> tuple[sa.MetaData, dict[str, sa.Table]]:
@@ -276,7 +286,7 @@ class SqlState:
         return {name: self.rows(name) for name in self.specs}
 
 
-def _sqlite_engine(creator: Any, poolclass: type[Pool] = NullPool) -> sa.Engine:
+def _sqlite_engine(creator: Any, poolclass: type[Pool], **pool: Any) -> sa.Engine:
     """An engine handing out raw connections from ``creator``, with real BEGIN/SAVEPOINT handling.
 
     pysqlite's own implicit transactions break SAVEPOINT (SQLAlchemy docs, "Serializable isolation /
@@ -288,7 +298,7 @@ def _sqlite_engine(creator: Any, poolclass: type[Pool] = NullPool) -> sa.Engine:
         raw.isolation_level = None
         return raw
 
-    engine = sa.create_engine("sqlite://", creator=connect, poolclass=poolclass)
+    engine = sa.create_engine("sqlite://", creator=connect, poolclass=poolclass, **pool)
 
     @sa.event.listens_for(engine, "begin")
     def _begin(conn: sa.Connection) -> None:
@@ -311,13 +321,11 @@ class Database:
         if self.dialect == "sqlite" and sa.make_url(self.url).database not in (None, "", ":memory:"):
             raise ValueError("file-based SQLite is not supported for environments; use sqlite:// (in memory)")
         self._engine: sa.Engine | None = None
-        self._templates: dict[int, sqlite3.Connection] = {}
         self._lock = threading.Lock()
         self._pg_free: dict[int, list[str]] = {}
         self._pg_schemas: list[str] = []
-        # One engine for all SQLite attempts (statement compilation is cached per engine); each
-        # connection it opens is a new, empty in-memory database.
-        self._sqlite = _sqlite_engine(lambda: sqlite3.connect(":memory:", check_same_thread=False))
+        self._sqlite: dict[int, tuple[sqlite3.Connection, sa.Engine]] = {}
+        """Per domain: the template holding the defaults, and the pool of attempt connections."""
 
     def _pg_engine(self) -> sa.Engine:
         if self._engine is None:
@@ -340,20 +348,66 @@ class Database:
         that every attempt copies.
         """
         if self.dialect == "sqlite":
-            template = self._templates.get(domain_id)
-            if template is None:
+            return self._open_sqlite(domain_id, metadata, load), None
+        return self._open_pg(domain_id, metadata, load)
+
+    def _sqlite_domain(
+        self, domain_id: int, metadata: sa.MetaData, load: Any
+    ) -> tuple[sqlite3.Connection, sa.Engine]:
+        """The domain's template (built by ``load`` on first use) and its pool of attempt connections.
+
+        One engine per domain (statement compilation is cached per engine), handing out in-memory
+        connections from a pool that keeps up to :data:`SQLITE_IDLE_PER_DOMAIN` idle ones. A commit
+        on one of them is recorded, so that :meth:`close` does not return it to the pool.
+        """
+        with self._lock:
+            got = self._sqlite.get(domain_id)
+            if got is None:
                 template = sqlite3.connect(":memory:", check_same_thread=False)
                 with _sqlite_engine(lambda: template, StaticPool).begin() as conn:
                     metadata.create_all(conn, checkfirst=False)
                     load(conn)
-                self._templates[domain_id] = template
-            conn = self._sqlite.connect()
-            raw = conn.connection.dbapi_connection
-            assert isinstance(raw, sqlite3.Connection)
-            template.backup(raw)
+                engine = _sqlite_engine(
+                    lambda: sqlite3.connect(":memory:", check_same_thread=False),
+                    QueuePool,
+                    pool_size=SQLITE_IDLE_PER_DOMAIN,
+                    max_overflow=-1,
+                )
+
+                @sa.event.listens_for(engine, "commit")
+                def _committed(conn: sa.Connection) -> None:
+                    conn.info[_COMMITTED] = True
+
+                got = self._sqlite[domain_id] = (template, engine)
+        return got
+
+    def _open_sqlite(self, domain_id: int, metadata: sa.MetaData, load: Any) -> sa.Connection:
+        """An attempt on SQLite: a pooled in-memory connection holding exactly the domain's template.
+
+        A new connection gets a copy of the template (``sqlite3`` backup, page for page) and the
+        guard's capture log and gated triggers (TEMP objects, ``guard/sqlite_capture.py``), created
+        here, outside any transaction, so that no attempt's rollback removes them: a guarded
+        session finds them in place instead of creating them (66 statements on retail) per attempt.
+        A pooled connection needs nothing: every attempt on it ran inside one transaction that
+        :meth:`close` rolled back, which restores its main database to the template's pages and
+        leaves the capture log empty (it is written only inside attempts). A connection on which
+        anything was committed is never pooled again.
+        """
+        template, engine = self._sqlite_domain(domain_id, metadata, load)
+        conn = engine.connect()
+        try:
+            if not conn.info.get(_RESTORED):
+                raw = conn.connection.dbapi_connection
+                assert isinstance(raw, sqlite3.Connection)
+                template.backup(raw)
+                ensure_capture(conn, metadata.sorted_tables)
+                conn.info[_RESTORED] = True
             conn.begin()
-            return conn, None
-        return self._open_pg(domain_id, metadata, load)
+        except BaseException:
+            conn.invalidate()
+            conn.close()
+            raise
+        return conn
 
     def _open_pg(self, domain_id: int, metadata: sa.MetaData, load: Any) -> tuple[sa.Connection, Any]:
         """An attempt on PostgreSQL: a pooled schema holding the committed defaults, used inside one
@@ -382,9 +436,21 @@ class Database:
         return conn, (domain_id, schema)
 
     def close(self, conn: sa.Connection, handle: Any) -> None:
-        """End an attempt: nothing it did is kept (PostgreSQL returns its schema to the pool)."""
-        conn.rollback()
-        conn.close()
+        """End an attempt: nothing it did is kept (PostgreSQL returns its schema to the pool).
+
+        A SQLite connection goes back to its pool only when the rollback restored the template (nothing
+        was committed on it) and no guard session is left capturing on it (one that began and never
+        ended); otherwise it is closed, so the next attempt inherits neither.
+        """
+        try:
+            conn.rollback()
+            if self.dialect == "sqlite" and (conn.info.pop(_COMMITTED, False) or capture_active(conn)):
+                conn.invalidate()
+        except BaseException:
+            conn.invalidate()
+            raise
+        finally:
+            conn.close()
         if handle is not None:
             domain_id, schema = handle
             with self._lock:
@@ -398,10 +464,10 @@ class Database:
                     conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
         self._pg_schemas.clear()
         self._pg_free.clear()
-        for template in self._templates.values():
+        for template, engine in self._sqlite.values():
+            engine.dispose()
             template.close()
-        self._templates.clear()
-        self._sqlite.dispose()
+        self._sqlite.clear()
         if self._engine is not None:
             self._engine.dispose()
             self._engine = None
