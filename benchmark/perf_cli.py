@@ -178,6 +178,15 @@ def proxy(
         list[str] | None,
         typer.Option("--kind", help="read and/or write (repeatable; default both)."),
     ] = None,
+    per_commit: Annotated[
+        int | None,
+        typer.Option(
+            "--writes-per-commit",
+            min=1,
+            help="Guarded writes a session makes before each commit (default: 10 at one client, 1 with "
+            "several: the fixture's SQLite file takes one writer at a time).",
+        ),
+    ] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Time tools/call round trips of concurrent MCP clients straight to an upstream (the notes fixture
@@ -191,6 +200,7 @@ def proxy(
         require_peers=require_peers,
         round_trips=round_trips,
         kinds=kind,
+        per_commit=per_commit,
         fmt=fmt,
     )
 
@@ -301,6 +311,7 @@ def _perf_proxy(
     require_peers: bool,
     round_trips: bool = False,
     kinds: list[str] | None = None,
+    per_commit: int | None = None,
     fmt: Format = Format.table,
 ) -> None:
     from benchmark import perf_peers
@@ -320,6 +331,7 @@ def _perf_proxy(
                 round_trips=round_trips,
                 kinds=kinds or bench_perf.PROXY_KINDS,
                 on_progress=lambda what: progress.update(bar, description=what),
+                per_commit=per_commit,
             )
         except bench_perf.ProxyBenchError as exc:
             console.print(f"[red]error:[/red] {exc}", highlight=False)
@@ -394,8 +406,8 @@ def _proxy_table(console: Console, result: ProxyPerf, counts: list[int], calls: 
         "direct: the notes fixture (benchmark/fixtures/notes_server.py, transactional) over streamable HTTP. "
         "shadowguard: `shadowguard serve` relaying to it, with its policy pack. "
         "read: get_note (passthrough). write: put_note (guarded: shadow transaction, savepoint, "
-        "change set, checks); through the proxy each write is committed before the next "
-        "(untimed, but counted in calls/s). failed: tool or JSON-RPC "
+        "change set, checks); through the proxy a session commits every --writes-per-commit writes "
+        "(10 at one client, 1 with several; untimed, but counted in calls/s). failed: tool or JSON-RPC "
         "errors (the fixture's SQLite file takes one writer at a time), left out of the latencies. "
         "+median ms: median minus direct's. proxy CPU: the proxy process's user + system CPU time "
         "over the configuration per call made.",

@@ -39,6 +39,8 @@ from benchmark.procs import ServerError, ServerProcess
 PROXY_CLIENTS = (1, 8, 32)
 PROXY_CALLS = 50
 PROXY_KINDS = ("read", "write")
+WRITES_PER_COMMIT = 10
+"""Issue 18's guarded write: one commit per 10 writes (at one client)."""
 SESSION_META_KEY = "shadowguard/session"
 SERVE_ANNOUNCE = "shadowguard serve: listening on"
 RUN_TIMEOUT_S = 1800.0
@@ -78,6 +80,9 @@ class ProxyPerfRow:
     concurrency and era)."""
     overhead_ms: float | None = None
     """Median minus direct's median (same kind, concurrency and era); ``None`` on the direct rows."""
+    writes_per_commit: int | None = None
+    """Through shadowguard, writes: how many writes a session makes before each (untimed) commit;
+    ``None`` elsewhere."""
     proxy_cpu_ms_per_call: float | None = None
     """CPU time (user + system) of the proxy's process over the configuration, per call made (ok or
     failed; through shadowguard a write's untimed commit is included); ``None`` on the direct rows."""
@@ -95,6 +100,7 @@ class ProxyPerfRow:
             "ok": self.calls,
             "failed": self.failed,
             "mode": self.mode,
+            "writes_per_commit": self.writes_per_commit,
         }
         for name in ("median_ratio", "p99_ratio", "throughput_ratio", "overhead_ms"):
             out[name] = getattr(self, name)
@@ -159,15 +165,27 @@ class _Target:
     """The proxy's process (its CPU time is measured); ``None`` for direct."""
 
 
+def writes_per_commit(requested: int | None, clients: int) -> int:
+    """How many writes a guarded session makes before each commit: ``requested``, else
+    :data:`WRITES_PER_COMMIT` for one client (issue 18's guarded write) and 1 for several (the notes
+    fixture's SQLite file takes one writer at a time: a session that keeps its writes open between
+    commits makes every other client's writes fail)."""
+    if requested is not None:
+        if requested < 1:
+            raise ProxyBenchError(f"writes per commit must be at least 1, not {requested}")
+        return requested
+    return WRITES_PER_COMMIT if clients == 1 else 1
+
+
 async def _client_run(
-    target: _Target, kind: str, client: int, calls: int, run: str
+    target: _Target, kind: str, client: int, calls: int, run: str, per_commit: int = 1
 ) -> tuple[list[float], int]:
     """One client's timed round trips (ms) of the calls that succeeded, and how many failed (a tool
     error or a JSON-RPC error: the notes fixture's SQLite file takes one writer at a time, and a
     deferred transaction that read before it writes fails at once with "database is locked" when
-    another writer got in first). Through the proxy each write is committed (untimed, but inside the
-    wall clock of calls/s) before the next, so that a guard session does not keep the upstream's write
-    lock; reads are rolled back once at the end."""
+    another writer got in first). Through the proxy every ``per_commit`` writes, and after the last,
+    the session commits (untimed, but inside the wall clock of calls/s); reads are rolled back once
+    at the end."""
     meta = cast(types.RequestParamsMeta, {SESSION_META_KEY: f"bench-{run}-{kind}-{client}"})
     tool, arguments = (
         ("get_note", {"id": "n1"})
@@ -181,7 +199,7 @@ async def _client_run(
         async with Client(
             transport, mode=cast(Any, target.mode), cache=None, read_timeout_seconds=CALL_TIMEOUT_S
         ) as mcp_client:
-            for _ in range(calls):
+            for i in range(calls):
                 t0 = time.perf_counter()
                 try:
                     result = await mcp_client.call_tool(tool, dict(arguments), meta=meta)
@@ -193,7 +211,7 @@ async def _client_run(
                         failed += 1
                     else:
                         times.append(elapsed)
-                if target.guarded and kind == "write":
+                if target.guarded and kind == "write" and ((i + 1) % per_commit == 0 or i + 1 == calls):
                     await _end(mcp_client, "commit", meta)
             if target.guarded and kind == "read":
                 await _end(mcp_client, "rollback", meta)
@@ -207,11 +225,15 @@ async def _end(mcp_client: Client, tool: str, meta: types.RequestParamsMeta) -> 
         raise ProxyBenchError(f"{tool} through the proxy failed: {text[:500]}")
 
 
-async def _measure_one(target: _Target, kind: str, clients: int, calls: int, run: str) -> ProxyPerfRow:
+async def _measure_one(
+    target: _Target, kind: str, clients: int, calls: int, run: str, per_commit: int | None = None
+) -> ProxyPerfRow:
     per_client: dict[int, tuple[list[float], int]] = {}
+    guarded_write = target.guarded and kind == "write"
+    batch = writes_per_commit(per_commit, clients) if guarded_write else 1
 
     async def one(i: int) -> None:
-        per_client[i] = await _client_run(target, kind, i, calls, run)
+        per_client[i] = await _client_run(target, kind, i, calls, run, batch)
 
     cpu0 = process_cpu_s(target.pid) if target.pid is not None else 0.0
     t0 = time.perf_counter()
@@ -233,6 +255,7 @@ async def _measure_one(target: _Target, kind: str, clients: int, calls: int, run
         p99_ms=_p99(times) if times else float("nan"),
         calls_per_s=len(times) / wall if wall else 0.0,
         mode=target.mode,
+        writes_per_commit=batch if guarded_write else None,
         proxy_cpu_ms_per_call=cpu * 1000 / made if cpu is not None and made else None,
     )
 
@@ -277,6 +300,7 @@ def measure_proxy(
     round_trips: bool = False,
     kinds: Sequence[str] = PROXY_KINDS,
     on_progress: Callable[[str], None] | None = None,
+    per_commit: int | None = None,
 ) -> ProxyPerf:
     """tools/call round trips of ``clients`` concurrent MCP clients over streamable HTTP, each in its
     own session (``_meta["shadowguard/session"]``), ``calls`` each: straight to the notes fixture
@@ -288,7 +312,8 @@ def measure_proxy(
     piggyback feature).
 
     Reads are ``get_note`` (a passthrough read); writes are ``put_note`` (a guarded write), measured
-    direct and through shadowguard only (the peers do not guard writes). Clients speak the
+    direct and through shadowguard only (the peers do not guard writes); a guarded session commits
+    every ``per_commit`` writes (default: :func:`writes_per_commit`). Clients speak the
     2026-07-28 era, except towards a peer whose front end speaks only the handshake era; direct is
     then measured in that era too, and the peer's ratios are against it. Each configuration runs
     once, after one warm-up call per path, the paths interleaved at each concurrency. A peer that
@@ -298,6 +323,7 @@ def measure_proxy(
     """
     if calls < 1 or not clients or min(clients) < 1:
         raise ProxyBenchError("clients and calls must be at least 1")
+    writes_per_commit(per_commit, 1)  # refuse a bad value before anything starts
     if not kinds or set(kinds) - set(PROXY_KINDS):
         raise ProxyBenchError(f"kinds must be some of {PROXY_KINDS}, not {list(kinds)}")
     executable = shadowguard or str(Path(sys.executable).parent / "shadowguard")
@@ -372,7 +398,9 @@ def measure_proxy(
             async def measure(target: _Target, kind: str, n: int, run: str) -> None:
                 entry = peer_targets.get(target.path)
                 try:
-                    row = await _measure_one(target, kind, n, calls if run != "warmup" else 1, run)
+                    row = await _measure_one(
+                        target, kind, n, calls if run != "warmup" else 1, run, per_commit
+                    )
                 except Exception as exc:
                     if entry is None:
                         raise

@@ -142,3 +142,21 @@ def test_a_peer_environment_is_reused_when_it_holds_the_pinned_requirement(tmp_p
     with pytest.raises(perf_peers.PeerUnavailable, match=f"pip install {missing} failed: ERROR"):
         perf_peers.install_peer(other, tmp_path, timeout=60)
     assert not (venv / perf_peers.PEER_MARKER).exists()  # the stale environment was replaced, not reused
+
+
+def test_a_guarded_session_commits_every_ten_writes_at_one_client_and_each_write_with_several() -> None:
+    assert perf_proxy.writes_per_commit(None, 1) == perf_proxy.WRITES_PER_COMMIT == 10
+    assert perf_proxy.writes_per_commit(None, 8) == 1
+    assert perf_proxy.writes_per_commit(3, 8) == 3
+    with pytest.raises(perf_proxy.ProxyBenchError, match="at least 1"):
+        perf_proxy.writes_per_commit(0, 1)
+
+
+def test_cli_proxy_reports_the_writes_per_commit_of_guarded_writes() -> None:
+    _mount_benchmark()
+    args = ["bench", "perf", "proxy", "--no-peers", "--clients", "1", "--calls", "3", "--kind", "write"]
+    result = CliRunner().invoke(app, [*args, "--writes-per-commit", "2", "-f", "json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["path"]: r for r in json.loads(result.stdout)["rows"]}
+    assert rows["shadowguard"]["writes_per_commit"] == 2 and rows["direct"]["writes_per_commit"] is None
+    assert rows["shadowguard"]["ok"] == 3
