@@ -1,13 +1,14 @@
 """Every document the code and the docs cite is in the repository, and every link in the docs resolves.
 
-- no ``.py`` file of ``guard``, ``proxy``, ``benchmark`` or ``tests``, and no Markdown file under
-  ``docs/`` (nor README.md, CONTRIBUTING.md), cites the design documents the project started from,
-  which live outside the repository (the shared ``docs/`` folder, its DESIGN, LIFT and harness notes);
+- no ``.py`` file of ``guard``, ``proxy``, ``benchmark`` or ``tests``, no file of a policy pack, and no
+  Markdown file under ``docs/`` (nor README.md, CONTRIBUTING.md), cites the design documents the project
+  started from, which live outside the repository (the shared ``docs/`` folder, its DESIGN, LIFT and
+  harness notes, the MCP SDK notes);
 - the benchmark data bundle's own SPEC is named only by docs/benchmark.md, which states the facts the
   code takes from it; everything else cites docs/benchmark.md (docs/architecture.md#the-benchmark);
 - a relative Markdown link in those documents points to a file that exists, and a ``#fragment`` of a
   Markdown target names one of its headings;
-- a ``docs/NAME.md#fragment`` written in a ``.py`` file or a document names an existing file and heading.
+- a ``docs/NAME.md#fragment`` written in any of those files names an existing file and heading.
 
 Read from the text; nothing is imported.
 """
@@ -43,7 +44,10 @@ def documents() -> list[Path]:
 
 
 def sources() -> list[Path]:
-    return [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py")) if p.resolve() != THIS]
+    """The code and the policy packs (their checks, YAML and READMEs) whose citations are checked."""
+    code = [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py")) if p.resolve() != THIS]
+    packs = [p for p in sorted((ROOT / "policies").rglob("*")) if p.suffix in (".py", ".yaml", ".md")]
+    return code + packs
 
 
 def rel(path: Path) -> str:
