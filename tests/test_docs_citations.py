@@ -16,6 +16,7 @@ Read from the text; nothing is imported.
 from __future__ import annotations
 
 import re
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,27 @@ def test_a_broken_link_is_found(tmp_path: Path) -> None:
         "there.md#nope (no heading #nope)",
         "#nowhere (no heading #nowhere)",
     ]
+
+
+def module_map(package: str) -> set[str]:
+    """The names written in backticks under ``### package`` of docs/architecture.md's module map."""
+    text = (ROOT / "docs" / "architecture.md").read_text("utf-8")
+    section = text.split("## Module map", 1)[1].split("\n## ", 1)[0]
+    part = section.split(f"### {package}\n", 1)[1].split("\n### ", 1)[0]
+    return set(re.findall(r"`([^`\s]+)`", part))
+
+
+def unmapped(package: str, names: set[str]) -> list[str]:
+    """The modules (``x.py``) and subpackages (``x/``) of ``package`` that ``names`` does not name."""
+    entries = [
+        p.name + ("/" if p.is_dir() else "")
+        for p in sorted((ROOT / package).iterdir())
+        if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.name != "__init__.py")
+    ]
+    patterns = [n for n in names if "*" in n]
+    return [e for e in entries if e not in names and not any(fnmatch(e, pat) for pat in patterns)]
+
+
+@pytest.mark.parametrize("package", ["guard", "proxy", "benchmark"])
+def test_the_module_map_names_every_module(package: str) -> None:
+    assert unmapped(package, module_map(package)) == [], "add them to docs/architecture.md#module-map"
