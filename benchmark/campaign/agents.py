@@ -7,10 +7,10 @@ the simulated user, and the results of the calls it makes through :class:`Tools`
 
 * :class:`OracleAgent` plays each task's golden calls. It reads the answer key, so it is
   benchmark-internal (its label says so): a sanity check and the false-block measure, never a model.
-* :class:`ReplayAgent` replays recorded trajectories open loop (../shared/docs/LIFT.md §2A): it stops at
-  the guard's first intervention, because an open-loop replay cannot know how the agent would have
-  reacted. Trajectories come from a ThinkingBox results JSONL (tool calls read from ``messages``) or from
-  ``{uid, calls: [{tool, arguments}]}`` lines.
+* :class:`ReplayAgent` replays recorded trajectories open loop (docs/architecture.md#three-ways-to-measure):
+  it stops at the guard's first intervention, because an open-loop replay cannot know how the agent would
+  have reacted. Trajectories come from a ThinkingBox results JSONL (tool calls read from ``messages``) or
+  from ``{uid, calls: [{tool, arguments}]}`` lines.
 
 * :class:`~benchmark.campaign.simulated.SimulatedAgent` plays a calibrated profile closed loop.
 
@@ -50,8 +50,9 @@ from benchmark.campaign.results import (
 from benchmark.tasks import ToolInteraction
 
 Feedback = Literal["raw_error", "classified_hint", "policy_violation", "commit_refused", "held"]
-"""The kinds of feedback an agent can meet (LIFT.md §2B): the tool's raw error, the guard's classified
-hint (an error class and what to do), a violation citing a policy, a refused commit, a held call."""
+"""The kinds of feedback an agent can meet (docs/architecture.md#three-ways-to-measure): the tool's raw
+error, the guard's classified hint (an error class and what to do), a violation citing a policy, a
+refused commit, a held call."""
 
 INTERVENTIONS = frozenset({"refused", "rolled_back", "held"})
 """Guard verdicts that stop a call (a ``failed`` call is the tool's own failure, guard or not)."""

@@ -1,8 +1,8 @@
 """Fitting a profile's propensity distributions to the published figures, and drawing propensities.
 
-The model (../shared/docs/LIFT.md §2B): a task's success propensity ``p`` in the ``off`` arm is drawn
-once per campaign seed from its domain's distribution, and each of its attempts succeeds with
-probability ``p``. Over ``n`` repeats, in expectation,
+The model (docs/architecture.md#three-ways-to-measure): a task's success propensity ``p`` in the
+``off`` arm is drawn once per campaign seed from its domain's distribution, and each of its attempts
+succeeds with probability ``p``. Over ``n`` repeats, in expectation,
 
 * pass@1 of a domain is ``E[p]``,
 * pass@n (unbiased estimator) is ``1 − E[(1 − p)^n]`` averaged over tasks,

@@ -174,7 +174,8 @@ def _run_metadata(
 
 
 def _simulated(worker: Worker) -> dict[str, Any] | None:
-    """A simulated agent's parameters (LIFT.md: a simulated figure states them)."""
+    """A simulated agent's parameters (a simulated figure states them:
+    docs/architecture.md#rules-that-keep-the-numbers-honest)."""
     from benchmark.campaign.simulated import SimulatedAgent
 
     agent = worker.agent

@@ -1,8 +1,8 @@
 """The fault corpus: seeded mutations of the golden trajectories, and equivalent variants of them.
 
-Open-loop lift (../shared/docs/LIFT.md §2A) needs trajectories that fail for a known reason. Each
-golden trajectory is mutated once per family (where the family applies to it), seeded from (seed, uid,
-family):
+Open-loop lift (docs/architecture.md#three-ways-to-measure) needs trajectories that fail for a known
+reason. Each golden trajectory is mutated once per family (where the family applies to it), seeded from
+(seed, uid, family):
 
 ==================  =============================================================================
 wrong_value         a write's enum argument set to another allowed value, a number changed, a

@@ -228,7 +228,8 @@ def _summary(
         f"# {title}",
         "",
         "**Simulated**, not measured: a calibrated profile of the model's *unguarded* behaviour "
-        "(../shared/docs/LIFT.md §2B); how it reacts to the guard's feedback is an assumption, swept here.",
+        "(docs/architecture.md#three-ways-to-measure); how it reacts to the guard's feedback is an "
+        "assumption, swept here.",
         "",
         f"- parameters: fixed feedback {' '.join(f'{k}={v:g}' for k, v in fixed.items())}; "
         f"environment_share={profile.failure_mix.environment_share:g}; fit "

@@ -1,4 +1,5 @@
-"""The benchmark's estimators, as pure functions of counts (../shared/docs/LIFT.md §1, harness §3).
+"""The benchmark's estimators, as pure functions of counts (docs/architecture.md#metrics,
+docs/benchmark.md#estimators).
 
 Conventions shared by every function here:
 

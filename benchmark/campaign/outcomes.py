@@ -1,4 +1,4 @@
-"""What one attempt ended as (LIFT.md §1) and, when it failed, its failure signature."""
+"""What one attempt ended as (docs/architecture.md#outcomes) and, when it failed, its failure signature."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ def phase_of(verdict: Verdict) -> str:
 
 
 def classify_outcome(arm: Arm, passed: bool, guard: GuardFacts | None, twin: bool | None) -> Outcome:
-    """LIFT.md §1, in order: the judge passed → success; the guard stopped something, the same
-    trajectory passed unguarded (``twin``) and no call of this attempt failed upstream → false block
-    (the twin tells the guard from the agent only when both met the same upstream: a failed call
-    means this attempt's upstream behaved differently); the commit made changes durable, or nothing
-    was stopped → wrong commit (wrong, extra or missing effects); otherwise → held.
+    """docs/architecture.md#outcomes, in order: the judge passed → success; the guard stopped something, the
+    same trajectory passed unguarded (``twin``) and no call of this attempt failed upstream → false block
+    (the twin tells the guard from the agent only when both met the same upstream: a failed call means this
+    attempt's upstream behaved differently); the commit made changes durable, or nothing was stopped → wrong
+    commit (wrong, extra or missing effects); otherwise → held.
     """
     if passed:
         return "success"
@@ -48,8 +48,8 @@ def _canonical_items(delta: Mapping[str, Any] | None) -> set[str]:
 def state_signature(
     row: DecodeResult, result_delta: Mapping[str, Any] | None, golden_delta: Mapping[str, Any] | None
 ) -> str:
-    """A failed attempt's signature from its row and state (../shared/docs/thinkingbox-harness.md §4
-    sketch, in order): tool error evidence in the messages → tool_usage; no row changed while the
+    """A failed attempt's signature from its row and state (docs/benchmark.md#failure-signatures,
+    in order): tool error evidence in the messages → tool_usage; no row changed while the
     golden changes some → no_state_change; a limit ended the conversation, or the changes are a strict
     subset of the golden ones → incomplete_resolution; anything else → wrong_state_update.
     Benchmark-side: it reads the golden delta, never the guard. Rows without state fall back to

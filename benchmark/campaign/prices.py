@@ -7,8 +7,8 @@ The file is YAML or JSON (YAML is read, and JSON is YAML), a mapping from an age
     "simulated:o4-mini": {input: 1.10, output: 4.40}     # cached_input defaults to input
 
 A row is priced by the first of its ``metadata.agent``, ``metadata.model`` and ``default`` that the
-table names. Tokens follow ThinkingBox's ``Usage`` (harness §1.6, §3): ``input_tokens`` *includes* the
-``input_tokens_details.cached_tokens`` (the OpenAI convention), so uncached input is
+table names. Tokens follow ThinkingBox's ``Usage`` (docs/benchmark.md#results-rows): ``input_tokens``
+*includes* the ``input_tokens_details.cached_tokens`` (the OpenAI convention), so uncached input is
 ``max(input − cached, 0)``; reasoning tokens are part of ``output_tokens``. Only agent calls are
 recorded, so user-simulator and judge calls are never in the cost.
 """

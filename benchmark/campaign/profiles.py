@@ -1,4 +1,5 @@
-"""Simulated agent profiles: the data a simulated agent is built from (../shared/docs/LIFT.md §2B).
+"""Simulated agent profiles: the data a simulated agent is built from
+(docs/architecture.md#three-ways-to-measure).
 
 A profile is a YAML file, validated here, in four parts:
 

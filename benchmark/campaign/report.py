@@ -201,7 +201,8 @@ _DRAW = {"outcomes.png": _outcomes, "pass_at_k.png": _pass_at_k, "domains.png": 
 
 
 def _simulated_title(fig: Figure, agg: Aggregate) -> Figure:
-    """``fig`` with "simulated" and the parameters in its title (LIFT.md: never without them)."""
+    """``fig`` with "simulated" and the parameters in its title
+    (docs/architecture.md#rules-that-keep-the-numbers-honest)."""
     if agg.simulated:
         prior = fig.get_suptitle()
         text = f"simulated: {simulated_text(agg)}" + (f"\n{prior}" if prior else "")

@@ -1,7 +1,7 @@
 """Campaign results: one JSONL row per attempt, in the shape and key order of ThinkingBox's ``DecodeResult``.
 
 ``tb agg`` and ``tb sbs`` read our files unchanged, and our ``bench agg`` reads plain ``tb infer`` rows
-(../shared/docs/thinkingbox-harness.md §1.6). The top-level keys are fixed, in this order::
+(docs/benchmark.md#results-rows). The top-level keys are fixed, in this order::
 
     uid, messages, test_result, test_context, test_tags, tools, raw_messages, user_llm_history,
     usage, metadata, is_system_error, finish_reason
@@ -42,7 +42,7 @@ FinishReason = Literal[
     "done", "end_turn_tool", "agent_error", "agent_limit", "user_limit", "user_done", "no_user_llm", "skipped"
 ]
 Outcome = Literal["success", "wrong_commit", "held", "false_block"]
-"""What one attempt ended as (../shared/docs/LIFT.md §1)."""
+"""What one attempt ended as (docs/architecture.md#outcomes)."""
 OpenLoop = Literal["caught", "missed", "false_block", "clean_pass"]
 """An open-loop replay's 2 × 2 cell: unguarded judge (fail/pass) × the guard stopped it / let it commit."""
 
@@ -175,7 +175,8 @@ class GuardFacts(BaseModel):
 
 class SimulatedFacts(BaseModel):
     """A simulated agent's attempt (``metadata.simulated``): its profile, the assumptions it was played
-    under (LIFT.md: a simulated figure is never printed without them) and what it planned and did."""
+    under (a simulated figure states them: docs/architecture.md#rules-that-keep-the-numbers-honest) and
+    what it planned and did."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -224,9 +225,9 @@ class CampaignFacts(BaseModel):
     faults: int = 0
     """Faults injected into this attempt's upstream calls."""
     signature: str | None = None
-    """A failed attempt's failure signature (harness §4 rules, ours): tool_usage, no_state_change,
-    incomplete_resolution, wrong_state_update, response_property; harness_error for system errors;
-    None when the attempt passed."""
+    """A failed attempt's failure signature (docs/benchmark.md#failure-signatures): tool_usage,
+    no_state_change, incomplete_resolution, wrong_state_update, response_property; harness_error for
+    system errors; None when the attempt passed."""
     upper_bound: bool = False
     """The arm reads the answer key (``oracle-ceiling``): its figures are an upper bound, not the product."""
     simulated: SimulatedFacts | None = None

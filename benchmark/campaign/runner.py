@@ -6,7 +6,7 @@ Every attempt gets a fresh isolated environment and, in a guarded arm, its own
 surface: straight to the tools (``off``) or through the guard, whose answers are rendered exactly as
 the proxy renders them for a production agent. At the end the orchestrator commits a guarded session
 (the at-commit checks decide); the judge then grades the state **the arm let through**
-(../shared/docs/LIFT.md §1): for ``off`` everything the tools did, for a guarded arm only what was
+(docs/architecture.md#outcomes): for ``off`` everything the tools did, for a guarded arm only what was
 committed.
 
 A unit of work is one (task, case, repetition) with all its arms: an agent whose trajectory does not

@@ -1,4 +1,5 @@
-"""``bench sbs``: a candidate run against a base run, task by task (ThinkingBox's ``tb sbs``, harness §3).
+"""``bench sbs``: a candidate run against a base run, task by task (ThinkingBox's ``tb sbs``,
+docs/benchmark.md#estimators).
 
 Definitions (docs/lift.md has the long form):
 

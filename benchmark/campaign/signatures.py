@@ -1,8 +1,8 @@
 """Failure signatures for rows that do not carry one (plain ``tb infer`` rows, or ours left unset).
 
-ThinkingBox assigns no signature (harness §4). Our campaign rows carry ``metadata.signature``, set by
-the runner from the full rules. A row without one only has what ``tb infer`` records by default, so
-this module applies the subset of the harness §4 rules that needs nothing else, in this order:
+ThinkingBox assigns no signature (docs/benchmark.md#failure-signatures). Our campaign rows carry
+``metadata.signature``, set by the runner from the full rules. A row without one only has what ``tb infer``
+records by default, so this module applies the subset of those rules that needs nothing else, in this order:
 
 1. ``harness_error`` — the attempt is an error as ``tb agg`` counts one (``is_system_error``, no test
    result, or a test error); counted in ``n`` but kept out of the failure categories.

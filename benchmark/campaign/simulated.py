@@ -1,4 +1,5 @@
-"""The simulated agent: a profile's calibrated, unguarded behaviour, played closed loop (LIFT.md §2B).
+"""The simulated agent: a profile's calibrated, unguarded behaviour, played closed loop
+(docs/architecture.md#three-ways-to-measure).
 
 Benchmark-internal: it reads the golden calls and the fault corpus, as the judge does; it lives on the
 benchmark side of the trust boundary and the guard never sees what it reads. Every figure it produces

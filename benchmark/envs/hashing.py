@@ -1,6 +1,6 @@
 """The reference's stable state, its sha256 hash and the row-level delta between two states.
 
-Algorithm (bundle SPEC.md §2, vectors/README §4), applied to JSON-mode rows in store order:
+Algorithm (docs/benchmark.md#grading-hash), applied to JSON-mode rows in store order:
 
 * drop the table's unstable fields;
 * sort every list whose elements are all str/int/float/bool, recursively;

@@ -2,9 +2,9 @@
 
 The reference embeds every scenario source (``world_state.<scenario>.sources``: ``{name, snippets}``, one
 markdown section per snippet) into a per-session Typesense collection and answers with a vector search
-grouped by source (bundle SPEC.md §3.6). No vector of a successful search exists, and we run offline,
-so the sections are ranked lexically instead, with SQLite FTS5 (porter stemming) and its ``bm25()``, in
-memory, built once per bundle and scenario and then cached.
+grouped by source (docs/benchmark.md#policy-search). No vector of a successful search exists, and we run
+offline, so the sections are ranked lexically instead, with SQLite FTS5 (porter stemming) and its
+``bm25()``, in memory, built once per bundle and scenario and then cached.
 
 FTS5's bm25 sets the idf of a term found in more than half of the rows to ~0. With one row per section
 (8-11 per scenario) the words that matter most ("return", "cancel", "driver") would weigh nothing, so the

@@ -1,6 +1,6 @@
 """``--agent llm``: a model behind an OpenAI-compatible endpoint plays the agent, closed loop.
 
-The loop follows ThinkingBox's agent–user loop (harness §1.3):
+The loop follows ThinkingBox's agent–user loop (docs/benchmark.md#the-llm-roles):
 
 * the system prompts are think.yaml's ``system_instructions`` and the scenario's ``bot_instructions``
   (the runner's :class:`~benchmark.campaign.agents.AgentView`), then the task's query as the user;

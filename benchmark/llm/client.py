@@ -1,10 +1,10 @@
 """One role's chat-completions client: the official ``openai`` client, retried with tenacity.
 
-A 429, a 5xx, a timeout or a lost connection is retried with exponential backoff and full jitter (up
-to ``Endpoint.retries`` times, each wait at most ``Endpoint.backoff_max_s``), as ThinkingBox's LLM
-client does (harness §7). What still fails, and any other refusal of the endpoint (a 4xx), raises
-:class:`EndpointError`: the endpoint failed, not the agent, so the runner records the attempt as a
-system error (re-run by ``--resume``), never as a task failure.
+A 429, a 5xx, a timeout or a lost connection is retried with exponential backoff and full jitter (up to
+``Endpoint.retries`` times, each wait at most ``Endpoint.backoff_max_s``), as ThinkingBox's LLM client does
+(docs/benchmark.md#the-llm-roles). What still fails, and any other refusal of the endpoint (a 4xx), raises
+:class:`EndpointError`: the endpoint failed, not the agent, so the runner records the attempt as a system
+error (re-run by ``--resume``), never as a task failure.
 
 Every call's tokens go to a :class:`UsageMeter`, tagged with the role.
 """

@@ -1,4 +1,5 @@
-"""The yes/no rubric judge of the 30 rubric tasks (harness §5, ``Judge.text_yesno``).
+"""The yes/no rubric judge of the 30 rubric tasks (ThinkingBox's ``Judge.text_yesno``,
+docs/benchmark.md#the-llm-roles).
 
 One call per rubric question on the agent's final response (the last visible assistant text, with its
 ``<DONE>``). The answer is Yes only when the first or last word of the reply is "yes"; anything else,

@@ -1,11 +1,11 @@
 """The simulated user: one fresh LLM call per turn, the task's private context in the prompt.
 
-Our own prompt, written from the rules ThinkingBox's simulated user follows (harness §1.4): stateless
-per turn (the model sees the visible conversation, the private context and the assistant's last
-message, and keeps no memory of its own); it answers only what the assistant asks now, never reveals
-the context or its rules wholesale, copies identifiers exactly, says "I don't know" when nothing asked
-is answerable, and thanks the assistant when the need is met and nothing is asked. The whole context
-is sent every turn; release is governed by the prompt only, as in the reference.
+Our own prompt, written from the rules ThinkingBox's simulated user follows
+(docs/benchmark.md#the-llm-roles): stateless per turn (the model sees the visible conversation, the private
+context and the assistant's last message, and keeps no memory of its own); it answers only what the
+assistant asks now, never reveals the context or its rules wholesale, copies identifiers exactly, says
+"I don't know" when nothing asked is answerable, and thanks the assistant when the need is met and nothing
+is asked. The whole context is sent every turn; release is governed by the prompt only, as in the reference.
 
 API (also for the OpenEnv server)::
 

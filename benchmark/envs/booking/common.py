@@ -34,10 +34,11 @@ TRANSACTIONS: TableRef[Transaction] = TableRef("payment_api_transactions")
 TICKETS: TableRef[Ticket] = TableRef("zendesk_tickets")
 
 MODIFY_TIME = "2025-11-25T10:00:00Z"
-"""The clock of modify / charge / refund / invoice (bundle SPEC.md §3.3), as those tools write it."""
+"""The clock of modify / charge / refund / invoice, as those tools write it
+(docs/benchmark.md#frozen-clocks)."""
 
 ESCALATE_TIME = "2025-11-30T10:00:00Z"
-"""The clock of escalate_to_hotel / charge dispute (bundle SPEC.md §3.3)."""
+"""The clock of escalate_to_hotel / charge dispute (docs/benchmark.md#frozen-clocks)."""
 
 CENTS = Decimal("0.01")
 

@@ -22,7 +22,7 @@ from benchmark.envs.tools import ToolFn
 
 PROFILES: TableRef[CustomerProfile] = TableRef("crm_api_customer_profiles")
 
-# update_customer_info stamps this fixed instant (bundle SPEC.md §3.3).
+# update_customer_info stamps this fixed instant (docs/benchmark.md#frozen-clocks).
 UPDATE_NOW = dt.datetime(2025, 1, 1, 0, 0, 0, tzinfo=dt.UTC)
 
 # The updatable fields in the input model's order, which is the order updated_fields reports.

@@ -29,7 +29,7 @@ from benchmark.envs.tools import ToolFn
 BOOKINGS: TableRef[Booking] = TableRef("booking_api_bookings")
 TRANSACTIONS: TableRef[Transaction] = TableRef("payment_api_transactions")
 
-# Frozen "now" of charge, refund and invoice (bundle SPEC.md §3.3), and of disputes.
+# Frozen "now" of charge, refund and invoice (docs/benchmark.md#frozen-clocks), and of disputes.
 PAYMENT_NOW = parse_iso(MODIFY_TIME)
 DISPUTE_NOW = parse_iso(ESCALATE_TIME)
 

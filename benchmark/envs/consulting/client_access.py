@@ -40,7 +40,7 @@ ENROLLMENTS: TableRef[TrainingEnrollment] = TableRef("degreed_training_enrollmen
 FOLDERS: TableRef[Folder] = TableRef("box_folders")
 FOLDER_LOGS: TableRef[FolderAccessLog] = TableRef("box_folder_access_logs")
 
-# Frozen revocation time of ``revoke_vpn`` (bundle SPEC.md §3.3).
+# Frozen revocation time of ``revoke_vpn`` (docs/benchmark.md#frozen-clocks).
 REVOKED_AT = dt.datetime(2025, 10, 1, 0, 0, 0, tzinfo=dt.UTC)
 
 # Processing days per clearance level reported by ``get_timeline``.

@@ -1,8 +1,8 @@
 """Hardware assets, procurement and software licence tools.
 
 Device age is measured against the frozen instant 2025-12-17T10:00Z as whole 30-day "months", and
-retirement stamps that instant (bundle SPEC.md §3.3). Assignments, allocations and orders store no
-timestamp. New ids are ``len(table) + 1`` formatted per table (bundle SPEC.md §3.2), so a clashing id
+retirement stamps that instant (docs/benchmark.md#frozen-clocks). Assignments, allocations and orders store no
+timestamp. New ids are ``len(table) + 1`` formatted per table (docs/benchmark.md#new-ids), so a clashing id
 fails like the reference's ``create``. Employees are found by exact email; software by case-insensitive
 name; the first match wins.
 """

@@ -1,7 +1,8 @@
 """Shared pieces of the neobank tools: table names, frozen clocks, id generation, employee lookup.
 
 Every neobank write tool numbers its new row ``{PFX}-{len+1:08d}`` from the table's row count (defaults
-and patched rows included), and the tools run on two different frozen instants (bundle SPEC.md §3.2, §3.3).
+and patched rows included), and the tools run on two different frozen instants (docs/benchmark.md#new-ids,
+docs/benchmark.md#frozen-clocks).
 """
 
 from __future__ import annotations

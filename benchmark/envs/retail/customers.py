@@ -35,7 +35,7 @@ DISCOUNTS: TableRef[DiscountApplication] = TableRef(
 
 # The reference reads the wall clock here; it is frozen to the instant the agent is told (vectors §7).
 PROMOTION_NOW = dt.datetime(2025, 10, 1, 13, 0, 0, tzinfo=dt.UTC)
-# Frozen "now" of the retail write tools (bundle SPEC.md §3.3).
+# Frozen "now" of the retail write tools (docs/benchmark.md#frozen-clocks).
 WRITE_NOW = dt.datetime(2025, 10, 1, 13, 0, 5, tzinfo=dt.UTC)
 
 
@@ -148,7 +148,7 @@ def get_membership_details(env: Environment, args: GetMembershipDetailsInput) ->
 
 
 def _new_membership_id(env: Environment) -> str:
-    """``MEM-2{n:07d}`` with the first n from 1 that is not taken (bundle SPEC.md §3.2)."""
+    """``MEM-2{n:07d}`` with the first n from 1 that is not taken (docs/benchmark.md#new-ids)."""
     table = env.table(MEMBERSHIPS)
     n = 1
     while table.exists(f"MEM-2{n:07d}"):

@@ -42,7 +42,7 @@ INVENTORY: TableRef[InventoryRecord] = TableRef("external_retail_toolset_netsuit
 PRODUCTS: TableRef[ProductDetails] = TableRef("external_retail_toolset_shopify_pim_models_products")
 
 NOW = dt.datetime(2025, 10, 1, 13, 0, 5, tzinfo=dt.UTC)
-"""The retail write tools' frozen clock (bundle SPEC.md §3.3)."""
+"""The retail write tools' frozen clock (docs/benchmark.md#frozen-clocks)."""
 
 SHIPPING_COSTS = {"standard": 0.00, "expedited": 15.00, "next_day": 29.99}
 RESHIP_FEE = 15.00

@@ -17,7 +17,7 @@ TRANSACTIONS: TableRef[PaymentTransaction] = TableRef(
 )
 REFUNDS: TableRef[Refund] = TableRef("external_retail_toolset_stripe_models_refunds")
 
-# Every retail write tool stamps this fixed instant (bundle SPEC.md §3.3).
+# Every retail write tool stamps this fixed instant (docs/benchmark.md#frozen-clocks).
 WRITE_NOW = dt.datetime(2025, 10, 1, 13, 0, 5, tzinfo=dt.UTC)
 
 

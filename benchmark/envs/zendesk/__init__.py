@@ -1,5 +1,5 @@
 """The zendesk tools shared by all five domains, with the per-domain variant differences
-(bundle SPEC.md §3.5).
+(docs/benchmark.md#zendesk-variants).
 
 A domain registers ``zendesk_tools(ITS_VARIANT)`` and passes :data:`INPUT_ALIASES` to its DomainDef.
 """

@@ -2,7 +2,7 @@
 
 Each takes the domain's :class:`ZendeskVariant` first (bound by ``zendesk_tools``). Items are returned
 as the full row (nulls kept). Ids are count-based without a collision check, so a create after a
-delete can hit "Object with ID ... already exists" (bundle SPEC.md §3.2).
+delete can hit "Object with ID ... already exists" (docs/benchmark.md#new-ids).
 """
 
 from __future__ import annotations

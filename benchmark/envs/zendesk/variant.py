@@ -1,4 +1,5 @@
-"""What distinguishes one domain's copy of the zendesk toolset from another's (bundle SPEC.md §3.5).
+"""What distinguishes one domain's copy of the zendesk toolset from another's
+(docs/benchmark.md#zendesk-variants).
 
 The five reference domains ship near-identical zendesk packages. The shared behaviour lives in
 :mod:`benchmark.envs.zendesk.crud`, :mod:`~benchmark.envs.zendesk.odata` and

@@ -22,7 +22,8 @@ from benchmark.campaign.metrics import (
 
 
 def test_harness_verified_examples() -> None:
-    # harness §3: n=20 c=10 k=5 → pass@k 0.98375, plug-in pass^k 0.03125, unbiased 0.01625.
+    # ThinkingBox's example (docs/benchmark.md#estimators): n=20 c=10 k=5 → pass@k 0.98375,
+    # plug-in pass^k 0.03125, unbiased 0.01625.
     assert pass_at_k(20, 10, 5) == pytest.approx(0.98375, abs=5e-6)
     assert pass_power_k(20, 10, 5) == 0.03125
     assert pass_hat_k(20, 10, 5) == 252 / 15504 == pytest.approx(0.016254, abs=5e-7)

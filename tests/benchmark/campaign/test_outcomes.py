@@ -1,4 +1,5 @@
-"""Outcome classification (LIFT.md §1) and the state-based failure signature, on hand-made facts."""
+"""Outcome classification (docs/architecture.md#outcomes) and the state-based failure signature, on
+hand-made facts."""
 
 from __future__ import annotations
 

@@ -147,7 +147,8 @@ def test_organization_domain_names_split_but_keep_order_and_case(env: Environmen
 
 
 def _golden_non_open_create(tasks: list[Task]) -> tuple[Task, int]:
-    """The golden trajectory that creates a ticket directly in a non-open status (bundle SPEC.md §2 (d))."""
+    """The golden trajectory that creates a ticket directly in a non-open status
+    (docs/benchmark.md#grading-hash)."""
     for task in tasks:
         for index, step in enumerate(task.answer.golden_tool_interactions):
             params = step.parameters
