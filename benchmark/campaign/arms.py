@@ -34,8 +34,8 @@ LEVERS = ("validation", "retries", "checks", "approvals", "surface")
 IRREVERSIBLE_RULE = ApprovalRule(
     id="shadowguard.irreversible",
     source=PolicySource(
-        ref="shadowguard design, section 3 (Approval)",
-        quote="changes that cannot be cheaply reversed wait for human approval",
+        ref="docs/approvals.md",
+        quote="Some calls cannot be cheaply undone (refunds, payments, deletions, access grants).",
     ),
     effect=EffectClass.IRREVERSIBLE,
 )
