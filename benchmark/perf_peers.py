@@ -173,7 +173,11 @@ def _setup_step(args: Sequence[str], what: str, timeout: float) -> str:
         lines = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
         errors = [line for line in lines if line.startswith("ERROR")]
         last = (errors or lines or [f"exit status {done.returncode}"])[-1]
-        raise PeerUnavailable(f"{what} failed: {last[:300]}")
+        # pip ends an install it could not reach the index for with "No matching distribution", the
+        # same words as for a version that does not exist; its retry warnings tell the two apart
+        broken = next((line for line in lines if "connection broken by" in line), None)
+        reached = f" (the package index did not answer: {broken[:300]})" if broken else ""
+        raise PeerUnavailable(f"{what} failed: {last[:300]}{reached}")
     return done.stdout
 
 

@@ -439,9 +439,13 @@ class _Interrupt:
 @contextlib.contextmanager
 def _interrupt_watch() -> Iterator[_Interrupt]:
     """Record Ctrl-C (SIGINT) while units run in this process; the previous handler is restored after.
-    Outside the main thread (where no signal handler can be set) Python's default handling stays."""
+    Outside the main thread (where no signal handler can be set) Python's default handling stays, and
+    a process started with SIGINT ignored (a shell's background job, ``nohup``) keeps ignoring it."""
     interrupt = _Interrupt()
-    if threading.current_thread() is not threading.main_thread():
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    ):
         yield interrupt
         return
     previous = signal.signal(signal.SIGINT, interrupt.on_sigint)

@@ -144,6 +144,22 @@ def test_a_peer_environment_is_reused_when_it_holds_the_pinned_requirement(tmp_p
     assert not (venv / perf_peers.PEER_MARKER).exists()  # the stale environment was replaced, not reused
 
 
+def test_an_index_that_does_not_answer_is_named_as_such(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pip says "No matching distribution" both for a version that does not exist and for an index it
+    could not reach; the peer's error tells them apart (the peer tests skip only on the second)."""
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")  # discard port: refused
+    monkeypatch.setenv("PIP_RETRIES", "1")
+    monkeypatch.setenv("PIP_TIMEOUT", "2")
+    peer = perf_peers.Peer("offline", "no-such-peer-sg==1.0", "no-such-peer-sg", perf_peers.MODERN, "")
+    with pytest.raises(perf_peers.PeerUnavailable) as caught:
+        perf_peers.install_peer(peer, tmp_path, timeout=120)
+    message = str(caught.value)
+    assert "No matching distribution" in message and "the package index did not answer" in message
+    assert "Connection refused" in message
+
+
 def test_a_guarded_session_commits_every_ten_writes_at_one_client_and_each_write_with_several() -> None:
     assert perf_proxy.writes_per_commit(None, 1) == perf_proxy.WRITES_PER_COMMIT == 10
     assert perf_proxy.writes_per_commit(None, 8) == 1

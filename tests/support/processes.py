@@ -25,6 +25,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SHADOWGUARD = str(Path(sys.executable).parent / "shadowguard")
 MARKER_ENV = "SG_TEST_MARKER"
 RETAIL_SERVE = [SHADOWGUARD, "env", "serve", "--domain", "sandbox_external_retail"]
+CTRL_C_MAIN = (
+    "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "from proxy.cli import main; main()"
+)
+"""``python -c`` code of a ``shadowguard`` run that takes Ctrl-C (SIGINT) as a terminal's would, even
+when the tests run in a background job (which starts its children with SIGINT ignored)."""
 
 
 class Process:

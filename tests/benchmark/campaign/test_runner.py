@@ -21,6 +21,7 @@ from benchmark.campaign.results import ROW_KEYS, DecodeResult, facts_of, iter_re
 from benchmark.campaign.runner import CampaignConfig, UnitKey, Worker
 from benchmark.tasks import BenchData
 from proxy.cli import _mount_benchmark, app
+from tests.support.processes import CTRL_C_MAIN
 
 RETAIL = "sandbox_external_retail"
 ST002 = "sandbox_external_retail_group1.py:test_case_ST002_001"
@@ -232,7 +233,7 @@ def test_ctrl_c_leaves_a_valid_resumable_file(tmp_path: Path) -> None:
     command = [
         sys.executable,
         "-c",
-        "from proxy.cli import main; main()",
+        CTRL_C_MAIN,
         "bench",
         "run",
         "--agent",
@@ -395,6 +396,8 @@ def test_ctrl_c_inside_a_sqlite_function_still_stops_the_run(monkeypatch: pytest
         return gate(self, tag)
 
     monkeypatch.setattr(ConnectionCapture, "gate", gate_then_interrupt)
+    # as in a terminal, whatever this test process inherited (a background job ignores SIGINT)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     config = CampaignConfig(agent="oracle", arms=("guard",), domains=(RETAIL,))
     worker = Worker(config)
     got: list[str] = []
@@ -405,9 +408,10 @@ def test_ctrl_c_inside_a_sqlite_function_still_stops_the_run(monkeypatch: pytest
                 got += [r.line for r in rows]
     finally:
         worker.close()
+        restored = signal.signal(signal.SIGINT, previous)
     assert fired, "no guarded write ran through a capture trigger"
     assert got == []
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert restored is signal.default_int_handler  # the run's own handler is gone
 
 
 def test_every_lever_arm_runs_the_oracle_cleanly() -> None:

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from benchmark.campaign.results import iter_results
+from tests.support.processes import CTRL_C_MAIN
 
 HANG_GUARD_S = 120.0
 """Far above what stopping takes; only there so that a run that never stops fails instead of hanging."""
@@ -83,7 +84,7 @@ def _alive(pid: int) -> bool:
 
 
 def _command(out: Path, config: Path) -> list[str]:
-    command = [sys.executable, "-c", "from proxy.cli import main; main()", "bench", "run"]
+    command = [sys.executable, "-c", CTRL_C_MAIN, "bench", "run"]
     command += ["--agent", "llm", "--llm-config", str(config), "--arms", "off", "--workers", "2"]
     return [*command, "--domain", "sandbox_external_retail", "--out", str(out)]
 
@@ -122,4 +123,4 @@ def test_sigint_to_the_main_process_stops_a_multi_worker_run(tmp_path: Path, sil
         for pid in [proc.pid, *workers]:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
-        proc.wait()
+        proc.communicate()  # waits, and closes the pipes
