@@ -27,14 +27,14 @@ from guard.pg_capture import CAPTURE_SETTING
 from guard.sql_backend import SqlBackend
 from guard.sqlite_capture import LOG, connection_capture
 from guard.sqltext import SqlTextError
+from tests.support.guardcore import keyed_table, text_column
 from tests.support.services import pg_engine_url, require_postgres
 
 metadata = sa.MetaData()
-items = sa.Table(
+items = keyed_table(
     "items",
     metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("name", sa.Text, nullable=False),
+    text_column("name"),
     sa.Column("price", sa.Float, nullable=True),
     sa.Column("active", sa.Boolean, nullable=False),
     sa.Column("meta", sa.JSON, nullable=True),

@@ -11,26 +11,13 @@ from sqlalchemy.pool import NullPool, StaticPool
 
 from guard.sql_backend import SqlBackend
 from guard.sqlite_capture import LOG
+from tests.support.guardcore import keyed_table, text_column
 
 metadata = sa.MetaData()
-notes = sa.Table(
-    "notes",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("body", sa.Text, nullable=False),
-)
-tags = sa.Table(
-    "tags",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("label", sa.Text, nullable=False),
-)
+notes = keyed_table("notes", metadata, text_column("body"))
+tags = keyed_table("tags", metadata, text_column("label"))
 # The same table name as ``notes`` with another definition, as a second application might declare it.
-notes_other = sa.Table(
-    "notes",
-    sa.MetaData(),
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
-)
+notes_other = keyed_table("notes", sa.MetaData())
 
 
 @pytest.fixture

@@ -122,6 +122,17 @@ def _golden(tasks: list[Task], tool: str, **where: Any) -> tuple[Task, dict[str,
     raise LookupError(f"no golden {tool} call with {where}")
 
 
+@contextmanager
+def _before_golden(
+    retail: Domain, database: Database, pack: PolicyPack, tasks: list[Task], tool: str, **where: Any
+) -> Iterator[tuple[Environment, GuardSession, dict[str, Any]]]:
+    """A ``_session`` on the first task with a golden ``tool`` call matching ``where``, replayed up to
+    the task's first ``tool`` call; yields the environment, the session and that golden call's arguments."""
+    task, args = _golden(tasks, tool, **where)
+    with _session(retail, database, pack, task, upto=_is(tool)) as (env, session):
+        yield env, session, args
+
+
 def _is(tool: str, **where: Any) -> Callable[[Any], bool]:
     return lambda call: call.tool == tool and all(call.parameters.get(k) == v for k, v in where.items())
 
@@ -140,24 +151,33 @@ def _rule_ids(outcome: ToolOutcome) -> set[str]:
     return {v.rule_id for v in outcome.violations}
 
 
+def _matching(task: Task, table: str, **where: Any) -> list[dict[str, Any]]:
+    return [dict(r) for r in task.data_patch.get(table, []) if all(r.get(k) == v for k, v in where.items())]
+
+
 def _row(task: Task, table: str, **where: Any) -> dict[str, Any]:
-    for row in task.data_patch.get(table, []):
-        if all(row.get(k) == v for k, v in where.items()):
-            return dict(row)
-    raise LookupError(f"no {table} row with {where}")
+    """The first ``table`` row of the task's data matching ``where``; LookupError if there is none."""
+    rows = _matching(task, table, **where)
+    if not rows:
+        raise LookupError(f"no {table} row with {where}")
+    return rows[0]
+
+
+def _task_with(tasks: list[Task], table: str, **where: Any) -> tuple[Task, dict[str, Any]]:
+    """The first of ``tasks`` whose data has a ``table`` row matching ``where``, and that row."""
+    task = next(t for t in tasks if _matching(t, table, **where))
+    return task, _row(task, table, **where)
 
 
 ORDERS = "external_retail_toolset_oms_models_orders"
 JOBS = "external_retail_toolset_jobber_models_installation_jobs"
+LINE_ITEMS = "external_retail_toolset_oms_models_order_line_items"
 
 
 def test_cancel_of_a_shipped_order_is_refused(
     retail: Domain, database: Database, retail_tasks: list[Task], retail_pack: PolicyPack
 ) -> None:
-    task = next(
-        t for t in retail_tasks if any(r["status"] == "shipped" for r in t.data_patch.get(ORDERS, []))
-    )
-    order = _row(task, ORDERS, status="shipped")
+    task, order = _task_with(retail_tasks, ORDERS, status="shipped")
     with _session(retail, database, retail_pack, task, upto=lambda _call: True) as (env, session):
         outcome = _refused_unchanged(
             env, session, "cancel_order", {"order_id": order["id"], "cancellation_reason": "customer_request"}
@@ -173,8 +193,7 @@ def test_golden_cancel_passes_and_a_second_cancel_is_refused(
     retail: Domain, database: Database, retail_tasks: list[Task], retail_pack: PolicyPack
 ) -> None:
     """The rule reads the shadow state: after the first cancel the order is cancelled, so no second one."""
-    task, args = _golden(retail_tasks, "cancel_order")
-    with _session(retail, database, retail_pack, task, upto=_is("cancel_order")) as (env, session):
+    with _before_golden(retail, database, retail_pack, retail_tasks, "cancel_order") as (env, session, args):
         assert session.call("cancel_order", args).verdict is Verdict.ALLOWED
         outcome = _refused_unchanged(env, session, "cancel_order", args)
         assert _rule_ids(outcome) == {"retail.cancel_order.eligible_status"}
@@ -183,8 +202,9 @@ def test_golden_cancel_passes_and_a_second_cancel_is_refused(
 def test_refund_above_what_was_paid_is_refused(
     retail: Domain, database: Database, retail_tasks: list[Task], retail_pack: PolicyPack
 ) -> None:
-    task, args = _golden(retail_tasks, "create_refund", refund_reason="order_cancelled")
-    with _session(retail, database, retail_pack, task, upto=_is("create_refund")) as (env, session):
+    with _before_golden(
+        retail, database, retail_pack, retail_tasks, "create_refund", refund_reason="order_cancelled"
+    ) as (env, session, args):
         for amount in (100_000.0, 0, -5):
             outcome = _refused_unchanged(env, session, "create_refund", {**args, "amount": amount})
             assert outcome.verdict is Verdict.REFUSED
@@ -201,8 +221,9 @@ def test_refund_amounts_follow_the_policy_formulas(
         ("order_cancelled", "retail.refund.order_cancelled_amount"),
     ]
     for reason, rule in cases:
-        task, args = _golden(retail_tasks, "create_refund", refund_reason=reason)
-        with _session(retail, database, retail_pack, task, upto=_is("create_refund")) as (env, session):
+        with _before_golden(
+            retail, database, retail_pack, retail_tasks, "create_refund", refund_reason=reason
+        ) as (env, session, args):
             outcome = _refused_unchanged(
                 env, session, "create_refund", {**args, "amount": args["amount"] - 1}
             )
@@ -253,14 +274,9 @@ def test_rma_faults_are_refused(
 def test_return_of_a_shipped_order_is_refused(
     retail: Domain, database: Database, retail_tasks: list[Task], retail_pack: PolicyPack
 ) -> None:
-    shipped_task = next(
-        t
-        for t in retail_tasks
-        if any(r["status"] == "shipped" for r in t.data_patch.get(ORDERS, []))
-        and t.data_patch.get("external_retail_toolset_oms_models_order_line_items")
-    )
-    shipped = _row(shipped_task, ORDERS, status="shipped")
-    line = _row(shipped_task, "external_retail_toolset_oms_models_order_line_items", order_id=shipped["id"])
+    with_lines = [t for t in retail_tasks if t.data_patch.get(LINE_ITEMS)]
+    shipped_task, shipped = _task_with(with_lines, ORDERS, status="shipped")
+    line = _row(shipped_task, LINE_ITEMS, order_id=shipped["id"])
     rma = {
         "order_id": shipped["id"],
         "line_item_id": line["id"],
@@ -280,10 +296,7 @@ def test_return_of_a_shipped_order_is_refused(
 def test_installation_and_replacement_faults_are_refused(
     retail: Domain, database: Database, retail_tasks: list[Task], retail_pack: PolicyPack
 ) -> None:
-    task = next(
-        t for t in retail_tasks if any(r["status"] == "completed" for r in t.data_patch.get(JOBS, []))
-    )
-    job = _row(task, JOBS, status="completed")
+    task, job = _task_with(retail_tasks, JOBS, status="completed")
     with _session(retail, database, retail_pack, task, upto=lambda _call: True) as (env, session):
         args = {
             "job_id": job["id"],
@@ -311,11 +324,9 @@ def test_installation_and_replacement_faults_are_refused(
 def test_membership_and_record_mismatches_are_refused(
     retail: Domain, database: Database, retail_tasks: list[Task], retail_pack: PolicyPack
 ) -> None:
-    task, args = _golden(retail_tasks, "update_membership_status", action="cancel")
-    with _session(retail, database, retail_pack, task, upto=_is("update_membership_status")) as (
-        env,
-        session,
-    ):
+    with _before_golden(
+        retail, database, retail_pack, retail_tasks, "update_membership_status", action="cancel"
+    ) as (env, session, args):
         upgrade = {"customer_id": args["customer_id"], "action": "upgrade", "membership_type": "plus"}
         outcome = _refused_unchanged(env, session, "update_membership_status", upgrade)
         assert _rule_ids(outcome) == {"retail.membership.upgrade_without_active"}
@@ -323,8 +334,9 @@ def test_membership_and_record_mismatches_are_refused(
         outcome = _refused_unchanged(env, session, "update_membership_status", args)
         assert _rule_ids(outcome) == {"retail.membership.cancel_only_active"}
 
-    task, args = _golden(retail_tasks, "create_refund", refund_reason="order_cancelled")
-    with _session(retail, database, retail_pack, task, upto=_is("create_refund")) as (env, session):
+    with _before_golden(
+        retail, database, retail_pack, retail_tasks, "create_refund", refund_reason="order_cancelled"
+    ) as (env, session, args):
         outcome = _refused_unchanged(env, session, "create_refund", {**args, "customer_id": "CUS-00000000"})
         assert _rule_ids(outcome) == {"retail.records.order_customer"}
 
@@ -332,8 +344,9 @@ def test_membership_and_record_mismatches_are_refused(
 def test_ticket_rules_roll_back_and_hold_the_commit(
     retail: Domain, database: Database, retail_tasks: list[Task], retail_pack: PolicyPack
 ) -> None:
-    task, args = _golden(retail_tasks, "zendesk_create_item", table="tickets")
-    with _session(retail, database, retail_pack, task, upto=_is("zendesk_create_item")) as (env, session):
+    with _before_golden(
+        retail, database, retail_pack, retail_tasks, "zendesk_create_item", table="tickets"
+    ) as (env, session, args):
         comment = {
             "table": "comments",
             "item": {"ticket_id": "1", "author_id": "2", "body": "note", "public": True},

@@ -23,8 +23,9 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -59,6 +60,7 @@ from tests.support.approvals import (
 from tests.support.processes import notes_http, shadowguard_serving
 from tests.support.proxy import (
     NOTES_APPROVALS_POLICY,
+    Agent,
     agent_on,
     notes_http_upstream,
     notes_rows,
@@ -139,6 +141,18 @@ def proxy_config(folder: Path, url: str, hook: str, **approvals: Any) -> Path:
 # -- helpers --------------------------------------------------------------------------------------------
 
 
+@asynccontextmanager
+async def noted(
+    rig: Rig, name: str, prefix: str
+) -> AsyncIterator[tuple[Any, str, Agent, httpx2.AsyncClient]]:
+    """On the proxy ``name``: a fresh note ``prefix``-<hex> written and committed by an agent, and a
+    reviewer's API client; yields the proxy, the note, the agent and the client."""
+    proxy, note = rig.proxies[name], f"{prefix}-{uuid.uuid4().hex[:8]}"
+    async with agent_on(proxy.url, ERA) as agent, api(proxy) as http:
+        await committed_note(agent, rig.db, note)
+        yield proxy, note, agent, http
+
+
 async def scrape(http: httpx2.AsyncClient) -> Samples:
     answer = await http.get("/metrics")
     assert answer.status_code == 200, answer.text
@@ -205,9 +219,7 @@ def seconds_between(approval: dict[str, Any]) -> float:
 
 
 async def test_an_approved_waiting_call_is_requested_decided_timed_used_and_traced(rig: Rig) -> None:
-    proxy, note = rig.proxies["waiting"], f"ok-{uuid.uuid4().hex[:8]}"
-    async with agent_on(proxy.url, ERA) as agent, api(proxy) as http:
-        await committed_note(agent, rig.db, note)
+    async with noted(rig, "waiting", "ok") as (proxy, note, agent, http):
         session_id = await session_of(agent)
         before = await scrape(http)
         pending: dict[str, Any] = {}
@@ -260,9 +272,7 @@ async def test_an_approved_waiting_call_is_requested_decided_timed_used_and_trac
 
 
 async def test_a_rejected_waiting_call_is_decided_and_timed_not_finished(rig: Rig) -> None:
-    proxy, note = rig.proxies["waiting"], f"no-{uuid.uuid4().hex[:8]}"
-    async with agent_on(proxy.url, ERA) as agent, api(proxy) as http:
-        await committed_note(agent, rig.db, note)
+    async with noted(rig, "waiting", "no") as (proxy, note, agent, http):
         session_id = await session_of(agent)
         before = await scrape(http)
         pending: dict[str, Any] = {}
@@ -297,9 +307,7 @@ async def test_a_rejected_waiting_call_is_decided_and_timed_not_finished(rig: Ri
 async def test_a_call_whose_changes_moved_returns_to_review_then_is_used(rig: Rig) -> None:
     """Approved, but the note changed since the rehearsal: the approval is consumed, the call undone and
     asked again (returned_to_review); the second approval runs it (used). Each counted once."""
-    proxy, note = rig.proxies["waiting"], f"moved-{uuid.uuid4().hex[:8]}"
-    async with agent_on(proxy.url, ERA) as agent, api(proxy) as http:
-        await committed_note(agent, rig.db, note)
+    async with noted(rig, "waiting", "moved") as (proxy, note, agent, http):
         session_id = await session_of(agent)
         before = await scrape(http)
         ids: list[str] = []
@@ -334,9 +342,7 @@ async def test_a_call_whose_changes_moved_returns_to_review_then_is_used(rig: Ri
 
 
 async def test_a_rollback_while_the_call_waits_cancels_the_request(rig: Rig) -> None:
-    proxy, note = rig.proxies["waiting"], f"cancel-{uuid.uuid4().hex[:8]}"
-    async with agent_on(proxy.url, ERA) as agent, api(proxy) as http:
-        await committed_note(agent, rig.db, note)
+    async with noted(rig, "waiting", "cancel") as (proxy, note, agent, http):
         session_id = await session_of(agent)
         before = await scrape(http)
         pending: dict[str, Any] = {}
@@ -366,9 +372,7 @@ async def test_a_rollback_while_the_call_waits_cancels_the_request(rig: Rig) -> 
 
 
 async def test_a_request_nobody_reads_is_expired_by_the_sweep_and_its_failed_notice_counted(rig: Rig) -> None:
-    proxy, note = rig.proxies["sweeping"], f"swept-{uuid.uuid4().hex[:8]}"
-    async with agent_on(proxy.url, ERA) as agent, api(proxy) as http:
-        await committed_note(agent, rig.db, note)
+    async with noted(rig, "sweeping", "swept") as (_, note, agent, http):
         before = await scrape(http)
         held = await agent.refused("delete_note", {"id": note})
         assert held["verdict"] == "held"
@@ -404,9 +408,7 @@ async def test_a_request_nobody_reads_is_expired_by_the_sweep_and_its_failed_not
 
 
 async def test_an_expiry_the_waiting_call_and_the_sweep_both_look_for_is_counted_once(rig: Rig) -> None:
-    proxy, note = rig.proxies["expiring"], f"exp-{uuid.uuid4().hex[:8]}"
-    async with agent_on(proxy.url, ERA) as agent, api(proxy) as http:
-        await committed_note(agent, rig.db, note)
+    async with noted(rig, "expiring", "exp") as (proxy, note, agent, http):
         before = await scrape(http)
         expired = await agent.refused("delete_note", {"id": note})
         assert (expired["verdict"], expired["error_class"]) == ("refused", "approval_expired")

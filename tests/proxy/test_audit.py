@@ -11,18 +11,9 @@ from typing import Any
 
 import pytest
 
-from guard.models import (
-    ChangeSet,
-    CommitOutcome,
-    EffectClass,
-    PolicySource,
-    RowChange,
-    ToolCall,
-    ToolOutcome,
-    Verdict,
-    Violation,
-)
+from guard.models import ChangeSet, CommitOutcome, EffectClass, RowChange, ToolOutcome, Verdict, Violation
 from proxy.audit import AuditLog, arguments_digest
+from tests.support.proxy import tool_outcome, violation
 
 SECRET: dict[str, Any] = {
     "from_account": "acc-alice",
@@ -41,19 +32,17 @@ def transfer(verdict: Verdict = Verdict.ROLLED_BACK, **arguments: Any) -> ToolOu
             RowChange(table="transfers", key="7", op="insert", after={"memo": "rent for flat 3B"}),
         ]
     )
-    return ToolOutcome(
-        call=ToolCall(
-            id="call-1", session_id="s-9", principal="agent-a", tool="transfer_funds", arguments=arguments
-        ),
+    return tool_outcome(
+        "transfer_funds",
+        verdict,
+        call={"id": "call-1", "session_id": "s-9", "principal": "agent-a", "arguments": arguments},
         effect=EffectClass.IRREVERSIBLE,
-        verdict=verdict,
         result='{"secret": "result text"}',
         changes=changes,
         violations=[
-            Violation(
-                rule_id="example.no_overdraft",
-                message="negative balance",
-                source=PolicySource(ref="terms §3.1", quote="never below zero"),
+            violation(
+                "example.no_overdraft",
+                "negative balance",
                 rows=[{"account_id": "acc-bob", "balance": -190.0}],
             )
         ],

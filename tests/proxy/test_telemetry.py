@@ -13,17 +13,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from guard.models import (
-    ChangeSet,
-    CommitOutcome,
-    EffectClass,
-    PolicySource,
-    RowChange,
-    ToolCall,
-    ToolOutcome,
-    Verdict,
-    Violation,
-)
+from guard.models import ChangeSet, CommitOutcome, EffectClass, RowChange, Verdict, Violation
 from proxy.config import ProxyConfig, TelemetryConfig
 from proxy.telemetry import (
     REGISTRY,
@@ -35,6 +25,7 @@ from proxy.telemetry import (
     span,
     traces_url,
 )
+from tests.support.proxy import tool_outcome
 
 
 @pytest.fixture(autouse=True)
@@ -47,29 +38,15 @@ def sample(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
-def outcome(tool: str, verdict: Verdict, *, rules: tuple[str, ...] = (), **fields: Any) -> ToolOutcome:
-    violations = [
-        Violation(rule_id=r, message="no", source=PolicySource(ref="terms §3.1", quote="never below zero"))
-        for r in rules
-    ]
-    return ToolOutcome(
-        call=ToolCall(tool=tool, arguments={"amount": 5}),
-        effect=fields.pop("effect", EffectClass.WRITE),
-        verdict=verdict,
-        violations=violations,
-        **fields,
-    )
-
-
 # -- metrics ----------------------------------------------------------------------------------------------
 
 
 def test_calls_are_counted_by_tool_effect_and_verdict() -> None:
     labels = {"tool": "t_count", "effect": "write", "verdict": "allowed"}
     before = sample("shadowguard_tool_calls_total", **labels)
-    record_call(outcome("t_count", Verdict.ALLOWED, duration_ms=12.0))
-    record_call(outcome("t_count", Verdict.ALLOWED, duration_ms=3.0))
-    record_call(outcome("t_count", Verdict.FAILED, error_class="transient"))
+    record_call(tool_outcome("t_count", Verdict.ALLOWED, duration_ms=12.0))
+    record_call(tool_outcome("t_count", Verdict.ALLOWED, duration_ms=3.0))
+    record_call(tool_outcome("t_count", Verdict.FAILED, error_class="transient"))
     assert sample("shadowguard_tool_calls_total", **labels) == before + 2
     assert sample("shadowguard_tool_calls_total", tool="t_count", effect="write", verdict="failed") == 1
     assert sample("shadowguard_tool_errors_total", tool="t_count", error_class="transient") == 1
@@ -84,9 +61,9 @@ def test_calls_are_counted_by_tool_effect_and_verdict() -> None:
 
 
 def test_violations_count_refusals_and_rollbacks_not_holds() -> None:
-    record_call(outcome("t_viol", Verdict.ROLLED_BACK, rules=("demo.no_overdraft",)))
-    record_call(outcome("t_viol", Verdict.REFUSED, rules=("demo.frozen", "demo.no_overdraft")))
-    record_call(outcome("t_viol", Verdict.HELD, rules=("demo.large_transfers",)))
+    record_call(tool_outcome("t_viol", Verdict.ROLLED_BACK, rules=("demo.no_overdraft",)))
+    record_call(tool_outcome("t_viol", Verdict.REFUSED, rules=("demo.frozen", "demo.no_overdraft")))
+    record_call(tool_outcome("t_viol", Verdict.HELD, rules=("demo.large_transfers",)))
     assert sample("shadowguard_violations_total", rule="demo.no_overdraft") == 2
     assert sample("shadowguard_violations_total", rule="demo.frozen") == 1
     assert sample("shadowguard_violations_total", rule="demo.large_transfers") == 0
@@ -124,7 +101,7 @@ def test_console_exporter_prints_spans_with_outcome_attributes_to_stderr(
     with span(
         "guard.call", tool="transfer_funds", session="s-1", effect=EffectClass.IRREVERSIBLE, skipped=None
     ):
-        record_call(outcome("transfer_funds", Verdict.ROLLED_BACK, rules=("demo.no_overdraft",)))
+        record_call(tool_outcome("transfer_funds", Verdict.ROLLED_BACK, rules=("demo.no_overdraft",)))
     with pytest.raises(RuntimeError), span("guard.commit", session="s-1"):
         raise RuntimeError("upstream went away")
     captured = capsys.readouterr()

@@ -26,29 +26,36 @@ from guard.effects import ToolInfo
 from guard.session import ToolResult
 from guard.sql_backend import SqlBackend
 
+
+def keyed_table(
+    name: str,
+    metadata: sa.MetaData,
+    *columns: sa.Column[Any],
+    key: type[sa.types.TypeEngine[Any]] = sa.Integer,
+) -> sa.Table:
+    """A table ``name`` in ``metadata`` whose primary key is an ``id`` of type ``key`` that the test
+    chooses (never autoincremented), followed by ``columns``."""
+    return sa.Table(name, metadata, sa.Column("id", key, primary_key=True, autoincrement=False), *columns)
+
+
+def text_column(name: str) -> sa.Column[str]:
+    """A required (NOT NULL) text column."""
+    return sa.Column(name, sa.Text, nullable=False)
+
+
 metadata = sa.MetaData()
-customers = sa.Table(
-    "customers",
-    metadata,
-    sa.Column("id", sa.Text, primary_key=True),
-    sa.Column("name", sa.Text, nullable=False),
-)
-orders = sa.Table(
+customers = keyed_table("customers", metadata, text_column("name"), key=sa.Text)
+orders = keyed_table(
     "orders",
     metadata,
-    sa.Column("id", sa.Text, primary_key=True),
     sa.Column("customer_id", sa.Text, sa.ForeignKey("customers.id"), nullable=False),
-    sa.Column("status", sa.Text, nullable=False),
+    text_column("status"),
     sa.Column("total", sa.Float, nullable=False),
+    key=sa.Text,
 )
 SCHEMA = {t.name: [c.name for c in t.columns] for t in metadata.sorted_tables}
 notes_metadata = sa.MetaData()
-notes = sa.Table(
-    "notes",
-    notes_metadata,
-    sa.Column("id", sa.Text, primary_key=True),
-    sa.Column("body", sa.Text, nullable=False),
-)
+notes = keyed_table("notes", notes_metadata, text_column("body"), key=sa.Text)
 """A notes table of its own (``notes_metadata``) for the guard's lock and capture tests, which need a
 real database file or PostgreSQL rather than the shop's in-memory one."""
 CUSTOMERS = [{"id": "C1", "name": "Ada"}, {"id": "C2", "name": "Brook"}]

@@ -1,5 +1,6 @@
-"""What the proxy tests build: configs and upstream entries, an agent that names its guard session, a
-held refund, and the proxy's app served with an approval store (``approvals_app``)."""
+"""What the proxy tests build: configs and upstream entries, recorded call outcomes, an agent that
+names its guard session, a held refund, and the proxy's app served with an approval store
+(``approvals_app``)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,16 @@ from benchmark.fixtures import NOTES_POLICY as NOTES_POLICY
 from benchmark.fixtures import NOTES_SERVER
 from benchmark.tasks import BenchData
 from guard.approvals import ApprovalRequest, CheckResult, SqlApprovalStore, utcnow
-from guard.models import ChangeSet, EffectClass, PolicySource, RowChange
+from guard.models import (
+    ChangeSet,
+    EffectClass,
+    PolicySource,
+    RowChange,
+    ToolCall,
+    ToolOutcome,
+    Verdict,
+    Violation,
+)
 from proxy.app import Recorder, create_app
 from proxy.audit import AuditLog
 from proxy.config import AuditConfig, AuthConfig, ProxyConfig
@@ -321,3 +331,34 @@ def approvals_app(
         config = ProxyConfig(auth=auth, audit=AuditConfig(path=audit_path if audited else None))
         app = create_app(proxy, config, lifespan_runs_proxy=False, recorder=recorder)
         yield ApprovalsApp(cleanup.enter_context(serving(app)), store, proxy, audit_path, clock)
+
+
+def violation(rule_id: str, message: str = "no", **fields: Any) -> Violation:
+    """A violation of ``rule_id`` citing the demo terms (§3.1, "never below zero"); ``fields`` are more
+    Violation fields (``rows``)."""
+    return Violation(
+        rule_id=rule_id,
+        message=message,
+        source=PolicySource(ref="terms §3.1", quote="never below zero"),
+        **fields,
+    )
+
+
+def tool_outcome(
+    tool: str,
+    verdict: Verdict,
+    *,
+    rules: tuple[str, ...] = (),
+    call: Mapping[str, Any] | None = None,
+    **fields: Any,
+) -> ToolOutcome:
+    """The outcome the guard records for a call of ``tool``: ``call`` holds the other ToolCall fields
+    (default: arguments ``{"amount": 5}``), each of ``rules`` becomes a ``violation``, the effect is
+    ``write`` unless ``fields`` (more ToolOutcome fields) name one."""
+    return ToolOutcome(
+        call=ToolCall(tool=tool, **(call if call is not None else {"arguments": {"amount": 5}})),
+        effect=fields.pop("effect", EffectClass.WRITE),
+        verdict=verdict,
+        violations=fields.pop("violations", [violation(r) for r in rules]),
+        **fields,
+    )

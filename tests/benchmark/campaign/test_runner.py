@@ -32,6 +32,22 @@ def _run(args: list[str]) -> Any:
     return CliRunner().invoke(app, ["bench", "run", *args])
 
 
+def _oracle_twice(arms: str) -> list[str]:
+    """Options for the oracle over four retail tasks (ST002/ST003, variants 003/004), twice, in ``arms``."""
+    return [
+        "--agent",
+        "oracle",
+        "--arms",
+        arms,
+        "--repeat",
+        "2",
+        "--domain",
+        RETAIL,
+        "--tasks",
+        "*ST00[23]_00[34]",
+    ]
+
+
 def _rows(path: Path) -> list[DecodeResult]:
     return [row for _, row in iter_results(path)]
 
@@ -99,18 +115,7 @@ def _oracle_then_replay(
     tmp_path: Path, arms: str, extra: list[str]
 ) -> tuple[list[DecodeResult], list[DecodeResult]]:
     first = tmp_path / "first.jsonl"
-    args = [
-        "--agent",
-        "oracle",
-        "--arms",
-        arms,
-        "--repeat",
-        "2",
-        "--domain",
-        RETAIL,
-        "--tasks",
-        "*ST00[23]_00[34]",
-    ]
+    args = _oracle_twice(arms)
     result = _run([*args, *extra, "--out", str(first)])
     assert result.exit_code == 0, result.output
     second = tmp_path / "second.jsonl"
@@ -194,18 +199,7 @@ def test_open_loop_two_by_two(tmp_path: Path, bench: BenchData) -> None:
 
 def test_resume_keeps_rows_and_reruns_missing_and_errored(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
-    args = [
-        "--agent",
-        "oracle",
-        "--arms",
-        "off,guard",
-        "--repeat",
-        "2",
-        "--domain",
-        RETAIL,
-        "--tasks",
-        "*ST00[23]_00[34]",
-    ]
+    args = _oracle_twice("off,guard")
     assert _run([*args, "--out", str(out)]).exit_code == 0
     full = out.read_text().splitlines()
     keys = [

@@ -55,6 +55,7 @@ from guard.txext import (
     advertises,
     serialized,
 )
+from tests.support.guardcore import keyed_table, text_column
 from tests.support.proxy import request_meta
 
 DOMAIN = "sandbox_external_retail"
@@ -341,12 +342,7 @@ async def _init(client: Client, task: Task) -> str:
 # -- any SQLAlchemy server, in a few lines --------------------------------------------------------------
 
 metadata = sa.MetaData()
-items = sa.Table(
-    "items",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("name", sa.Text, nullable=False),
-)
+items = keyed_table("items", metadata, text_column("name"))
 
 
 def minimal_server(

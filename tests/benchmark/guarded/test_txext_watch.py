@@ -37,15 +37,15 @@ from guard.txext import (
     serialized,
 )
 from tests.benchmark.guarded.test_txext import _call_with_meta, blocking, raw_tx, tool_info_map
+from tests.support.guardcore import keyed_table, text_column
 
 pytestmark = pytest.mark.anyio
 
 metadata = sa.MetaData()
-items = sa.Table(
+items = keyed_table(
     "items",
     metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("name", sa.Text, nullable=False),
+    text_column("name"),
     sa.Column("views", sa.Integer, nullable=False, server_default="0"),
 )
 READ = {"readOnlyHint": True}

@@ -371,28 +371,20 @@ def test_reinstate_cancelled_policy_from_a_task(
         assert (row["lapse_start"], row["lapse_end"]) == ("2025-09-20", "2025-10-01")
 
 
-def test_update_driver_status_removed_sets_dates(env: Environment) -> None:
-    args = {"driver_id": "DRV-00087655", "new_status": "Removed", "effective_date": "2025-10-03"}
-    assert call(env, "policy_update_driver_status", args) == {
-        "driver_id": "DRV-00087655",
-        "status": "Removed",
-    }
-    row = stored(env, policy.DRIVERS, "DRV-00087655")
-    assert (row["status"], row["effective_date"], row["removal_date"]) == (
-        "Removed",
-        "2025-10-03",
-        "2025-10-03",
-    )
-
-
-def test_update_driver_status_excluded_leaves_removal_date(env: Environment) -> None:
-    args = {"driver_id": "DRV-00011111", "new_status": "Excluded", "effective_date": "2025-10-04"}
-    assert call(env, "policy_update_driver_status", args) == {
-        "driver_id": "DRV-00011111",
-        "status": "Excluded",
-    }
-    row = stored(env, policy.DRIVERS, "DRV-00011111")
-    assert (row["status"], row["effective_date"], row["removal_date"]) == ("Excluded", "2025-10-04", None)
+@pytest.mark.parametrize(
+    ("driver_id", "status", "day", "removal_date"),
+    [
+        pytest.param("DRV-00087655", "Removed", "2025-10-03", "2025-10-03", id="removed-sets-removal-date"),
+        pytest.param("DRV-00011111", "Excluded", "2025-10-04", None, id="excluded-leaves-removal-date"),
+    ],
+)
+def test_update_driver_status_sets_dates(
+    env: Environment, driver_id: str, status: str, day: str, removal_date: str | None
+) -> None:
+    args = {"driver_id": driver_id, "new_status": status, "effective_date": day}
+    assert call(env, "policy_update_driver_status", args) == {"driver_id": driver_id, "status": status}
+    row = stored(env, policy.DRIVERS, driver_id)
+    assert (row["status"], row["effective_date"], row["removal_date"]) == (status, day, removal_date)
     missing = {**args, "driver_id": "DRV-X"}
     assert call(env, "policy_update_driver_status", missing) == failure(
         "policy_update_driver_status", "Driver with ID 'DRV-X' not found"
