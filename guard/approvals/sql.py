@@ -13,11 +13,9 @@ busy timeout, so several processes can share one file.
 from __future__ import annotations
 
 import re
-import sqlite3
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import sqlalchemy as sa
 
 from guard.approvals.models import (
@@ -82,10 +80,11 @@ class SqlApprovalStore(TransitionStore):
     database cannot be reached or the tables cannot be created.
     """
 
-    _unreachable = (sa.exc.DBAPIError, sa.exc.TimeoutError, psycopg.Error, sqlite3.Error)
-    """Every error of the database or its driver, wrapped by SQLAlchemy or not (a broken connection
-    shows as an OperationalError, an InterfaceError or a ProgrammingError: "can't change 'autocommit'
-    now: connection in transaction status ACTIVE"), and the pool's timeout: the store is unavailable,
+    _unreachable = (sa.exc.DBAPIError, sa.exc.TimeoutError)
+    """Every error of the database or its driver (the store reaches the driver only through SQLAlchemy,
+    which wraps each one in a ``DBAPIError``; a broken connection shows as an OperationalError, an
+    InterfaceError or a ProgrammingError: "can't change 'autocommit' now: connection in transaction
+    status ACTIVE"), and the pool's timeout: the store is unavailable,
     nothing was changed (every write is one transaction). The connection that failed is discarded
     (:func:`_engine`'s ``handle_error``), so the next use opens a new one."""
 
