@@ -38,10 +38,9 @@ class PolicyError(ValueError):
 
 
 _Loc = YamlPath
-_Located = Located
 
 
-def _read_pack(path: Path) -> tuple[Path, dict[str, Any], _Located]:
+def _read_pack(path: Path) -> tuple[Path, dict[str, Any], Located]:
     """A pack's file (``path``, or ``policy.yaml`` in the folder ``path``), its YAML mapping and the
     places in it."""
     if path.is_dir():

@@ -361,6 +361,7 @@ def _init_process(config: CampaignConfig) -> None:
 
 
 def _close_worker() -> None:
+    """Release what this process's worker holds (at a normal end, or on SIGTERM)."""
     if _WORKER is not None:
         _WORKER.close()
 
@@ -370,8 +371,7 @@ def _on_terminate(signum: int, frame: object) -> None:
     under ``--through-proxy``, its temporary approval store, its database engine) and exit at once,
     abandoning the unit in flight (the main process no longer waits for its rows)."""
     try:
-        if _WORKER is not None:
-            _WORKER.close()
+        _close_worker()
     finally:
         os._exit(128 + signum)
 
