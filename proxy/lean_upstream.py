@@ -107,6 +107,8 @@ class LeanUpstream:
     ) -> None:
         self.upstream = upstream
         self.url = url
+        self._url = httpx2.URL(url)
+        """``url`` parsed once: each POST would otherwise parse the string again (issue 18's profile)."""
         self.http = http
         self.tools = tools
         """The upstream's tool list by name (the upstream's own mapping, updated in place)."""
@@ -210,8 +212,13 @@ class LeanUpstream:
         return version, raw
 
     async def _post(self, content: bytes, headers: dict[str, str], request_id: int) -> dict[str, Any]:
-        """The JSON-RPC result of the POST (its error raised as MCPError)."""
-        async with self.http.stream("POST", self.url, content=content, headers=headers) as response:
+        """The JSON-RPC result of the POST (its error raised as MCPError).
+
+        ``build_request`` and ``send(stream=True)`` are what ``AsyncClient.stream`` does, without its
+        context-manager wrapper; the response is closed here as ``stream`` closes it."""
+        request = self.http.build_request("POST", self._url, content=content, headers=headers)
+        response = await self.http.send(request, stream=True)
+        try:
             kind = response.headers.get("content-type", "").lower()
             if response.status_code == 202:
                 raise MCPError(
@@ -229,6 +236,8 @@ class LeanUpstream:
                 message = await _answer_in_stream(response, request_id)
             else:
                 raise MCPError(code=types.INVALID_REQUEST, message=f"Unexpected content type: {kind}")
+        finally:
+            await response.aclose()
         _raise_error(message)
         result = message.get("result")
         if not isinstance(result, dict):
