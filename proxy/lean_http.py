@@ -23,44 +23,100 @@ What the upstream and the caller see is what the ``httpx2`` client (proxy.upstre
 * a failure to connect is :class:`httpx2.ConnectError` / :class:`httpx2.ConnectTimeout`;
 * a ``set-cookie`` in an answer goes into the client's jar (and the next request takes httpx's path).
 
+The connections are asyncio protocols (the proxy runs on asyncio: uvicorn): anyio's socket streams
+re-arm the reader and yield to the loop on every send and receive, which the profile showed too.
 A read timeout is the caller's (the lean path's ``fail_after`` around the whole request, which is
 shorter than the client's read timeout: :meth:`takes` checks).
 """
 
 from __future__ import annotations
 
+import asyncio
 import select
-import socket
 import time
 import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import anyio
-import anyio.abc
 import httptools
 import httpx2
 from httpx2._decoders import ContentDecoder, LineDecoder, TextDecoder
 
-READ_SIZE = 65536
 RESENDS = 1
 """Times a request that cannot have reached the upstream is sent again (proxy.upstream_http.RESENDS)."""
 _DROPPED_HEADERS = frozenset({"accept", "accept-encoding", "content-type", "host", "content-length"})
 
 
-@dataclass
-class _Connection:
-    stream: anyio.abc.SocketStream
-    sock: socket.socket
-    idle_since: float = 0.0
+class _Connection(asyncio.Protocol):
+    """One kept-alive connection, as an asyncio protocol: what the upstream sent waits in a buffer
+    until :meth:`receive` takes it (anyio's socket stream re-arms the reader and yields to the loop
+    on every send and receive: issue 18's profile)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.idle_since = 0.0
+        self._chunks: list[bytes] = []
+        self._closed = False
+        self._error: Exception | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._closed = True
+        self._wake()
+        return False  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._error = exc
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def usable(self, now: float, expiry: float) -> bool:
-        """Idle for less than ``expiry`` and not readable: an idle HTTP/1.1 connection that is
-        readable was closed by the upstream (or holds bytes nobody asked for)."""
-        if now - self.idle_since >= expiry:
+        """Idle for less than ``expiry``, still open and readable of nothing: an idle HTTP/1.1
+        connection with something to read was closed by the upstream (or holds bytes nobody asked
+        for); the socket is asked too, as httpcore asks it, for a close the loop has not seen yet."""
+        if self._closed or self._chunks or now - self.idle_since >= expiry or self.transport is None:
             return False
-        readable, _, _ = select.select([self.sock], [], [], 0)
+        readable, _, _ = select.select([self.transport.get_extra_info("socket")], [], [], 0)
         return not readable
+
+    def send(self, data: bytes) -> bool:
+        """Writes ``data``; False when the connection was closed before it could be."""
+        if self._closed or self.transport is None or self.transport.is_closing():
+            return False
+        self.transport.write(data)
+        return not self.transport.is_closing()  # a failed send closes the transport at once
+
+    async def receive(self) -> bytes:
+        """What the upstream sent since the last call; b"" once it closed the connection."""
+        while not self._chunks:
+            if self._closed:
+                if self._error is not None:
+                    raise httpx2.ReadError(str(self._error)) from self._error
+                return b""
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        data = b"".join(self._chunks) if len(self._chunks) > 1 else self._chunks[0]
+        self._chunks.clear()
+        return data
+
+    def close(self) -> None:
+        self._closed = True
+        if self.transport is not None:
+            self.transport.close()
 
 
 @dataclass
@@ -148,7 +204,7 @@ class PlainResponse:
         if self._answer.complete:
             return False
         assert self._connection is not None, "read after close"
-        data = await _receive(self._connection)
+        data = await self._connection.receive()
         if not data:
             raise httpx2.RemoteProtocolError("peer closed connection without sending complete message body")
         _feed(self._answer, data)
@@ -159,9 +215,9 @@ class PlainResponse:
         if connection is None:
             return
         if self._answer.complete and self._answer.keep_alive:
-            await self._owner._release(connection)
+            self._owner._release(connection)
         else:
-            await self._owner._discard(connection)
+            self._owner._discard(connection)
 
 
 class PlainHttp:
@@ -218,16 +274,11 @@ class PlainHttp:
         request = bytes(wire)
         for attempt in range(RESENDS + 1):
             connection = await self._connection()
-            try:
-                await connection.stream.send(request)
-            except (OSError, anyio.BrokenResourceError) as exc:
-                await self._discard(connection)
+            if not connection.send(request):
+                self._discard(connection)
                 if attempt == RESENDS:
-                    raise httpx2.WriteError(str(exc)) from exc
+                    raise httpx2.WriteError("the connection closed before the request was written")
                 continue  # not written: the upstream cannot have acted on it
-            except BaseException:
-                await self._discard(connection)
-                raise
             return await self._answer(connection)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -236,12 +287,12 @@ class PlainHttp:
         answer.parser = httptools.HttpResponseParser(answer)
         try:
             while not answer.headers_done:
-                data = await _receive(connection)
+                data = await connection.receive()
                 if not data:
                     raise httpx2.RemoteProtocolError("Server disconnected without sending a response.")
                 _feed(answer, data)
         except BaseException:
-            await self._discard(connection)
+            self._discard(connection)
             raise
         response = PlainResponse(self, connection, answer)
         if "set-cookie" in response.headers:
@@ -256,11 +307,13 @@ class PlainHttp:
             connection = self._idle.pop()
             if connection.usable(now, self.keepalive_expiry):
                 return connection
-            await self._discard(connection)
+            self._discard(connection)
         self._open += 1
         try:
             with anyio.fail_after(self.client.timeout.connect):
-                stream = await anyio.connect_tcp(self._host, self._port)
+                _, connection = await asyncio.get_running_loop().create_connection(
+                    _Connection, self._host, self._port
+                )
         except TimeoutError as exc:
             self._open -= 1
             raise httpx2.ConnectTimeout(str(exc)) from exc
@@ -270,36 +323,25 @@ class PlainHttp:
         except BaseException:
             self._open -= 1
             raise
-        return _Connection(stream, stream.extra(anyio.abc.SocketAttribute.raw_socket))  # noqa: S610 (anyio, not Django)
+        return connection
 
-    async def _release(self, connection: _Connection) -> None:
+    def _release(self, connection: _Connection) -> None:
         if self._closed or len(self._idle) >= self.max_keepalive:
-            await self._discard(connection)
+            self._discard(connection)
             return
         connection.idle_since = time.monotonic()
         self._idle.append(connection)
 
-    async def _discard(self, connection: _Connection) -> None:
+    def _discard(self, connection: _Connection) -> None:
         self._open -= 1
-        with anyio.CancelScope(shield=True):
-            await connection.stream.aclose()
+        connection.close()
 
     async def aclose(self) -> None:
         """Closes the idle connections; requests under way close theirs when they end."""
         self._closed = True
         idle, self._idle = self._idle, []
         for connection in idle:
-            await self._discard(connection)
-
-
-async def _receive(connection: _Connection) -> bytes:
-    """The next bytes on the connection; b"" once the upstream has closed it."""
-    try:
-        return await connection.stream.receive(READ_SIZE)
-    except (anyio.EndOfStream, anyio.BrokenResourceError):
-        return b""
-    except OSError as exc:
-        raise httpx2.ReadError(str(exc)) from exc
+            self._discard(connection)
 
 
 def _feed(answer: _Answer, data: bytes) -> None:
