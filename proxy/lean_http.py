@@ -15,8 +15,8 @@ What the upstream and the caller see is what the ``httpx2`` client (proxy.upstre
   and the request's own; no ``accept-encoding``;
 * an idle connection is not used after ``keepalive_expiry`` or once the upstream has closed it (it
   is readable: the same test as httpcore's), and at most ``max_keepalive`` are kept;
-* an answer the upstream compressed all the same (there is no ``accept-encoding``) is decoded with
-  httpx's own decoders;
+* an answer the upstream compressed all the same (there is no ``accept-encoding``) is decoded by
+  httpx, and an event stream is split into lines by httpx (``httpx2.Response`` over this connection);
 * a request is sent again, once, on a new connection only when it cannot have reached the upstream
   (it could not be written); once written, a lost answer is :class:`httpx2.RemoteProtocolError` or
   :class:`httpx2.ReadError`, never a resend (proxy.upstream_http: a ``tools/call`` may have run);
@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 import anyio
 import httptools
 import httpx2
-from httpx2._decoders import ContentDecoder, LineDecoder, TextDecoder
 
 RESENDS = 1
 """Times a request that cannot have reached the upstream is sent again (proxy.upstream_http.RESENDS)."""
@@ -159,45 +158,37 @@ class PlainResponse:
         self._answer = answer
         self.status_code = answer.status_code
         self.headers = httpx2.Headers(answer.headers)
-        self._decoder: ContentDecoder | None = None
-        if "content-encoding" in self.headers:
-            # Not asked for (no accept-encoding), but decoded as httpx would decode it.
-            self._decoder = self._response()._get_content_decoder()
+        self._encoded = "content-encoding" in self.headers  # not asked for, but possible
 
     async def read(self) -> bytes:
-        """The whole body (decoded as httpx decodes it, should the upstream have compressed it)."""
+        """The whole body (decoded by httpx, should the upstream have compressed it unasked)."""
+        if self._encoded:
+            return await self._as_httpx().aread()
         while await self._more():
             pass
         body = bytes(self._answer.body)
         self._answer.body.clear()
-        if self._decoder is None:
-            return body
-        return b"".join(self._decoder.decode(body)) + b"".join(self._decoder.flush())
+        return body
 
     async def iter_lines(self) -> AsyncIterator[str]:
-        """The body's lines as they arrive, decoded and split as ``httpx2.Response.aiter_lines``."""
-        text = TextDecoder(encoding=self._response().encoding or "utf-8")
-        lines = LineDecoder()
+        """The body's lines as they arrive: ``httpx2.Response.aiter_lines`` over this connection."""
+        async for line in self._as_httpx().aiter_lines():
+            yield line
+
+    def _as_httpx(self) -> httpx2.Response:
+        """An ``httpx2.Response`` that streams the rest of the body from this connection, so that
+        decoding, charset and line splitting are httpx's own."""
+        return httpx2.Response(self.status_code, headers=self.headers, stream=_Body(self))
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives (what is already read first)."""
         while True:
             if self._answer.body:
                 chunk = bytes(self._answer.body)
                 self._answer.body.clear()
-                if self._decoder is not None:
-                    chunk = b"".join(self._decoder.decode(chunk))
-                for line in lines.decode(text.decode(chunk)):
-                    yield line
+                yield chunk
             if not await self._more():
-                break
-        tail = b"".join(self._decoder.flush()) if self._decoder is not None else b""
-        rest = text.decode(tail) + text.flush()
-        for line in lines.decode(rest) if rest else []:
-            yield line
-        for line in lines.flush():
-            yield line
-
-    def _response(self) -> httpx2.Response:
-        """An ``httpx2.Response`` of the status and headers, for what httpx derives from them."""
-        return httpx2.Response(self.status_code, headers=self.headers)
+                return
 
     async def _more(self) -> bool:
         """Reads and parses more of the body; False once the answer is complete."""
@@ -218,6 +209,17 @@ class PlainResponse:
             self._owner._release(connection)
         else:
             self._owner._discard(connection)
+
+
+class _Body(httpx2.AsyncByteStream):
+    """A :class:`PlainResponse`'s body as the byte stream of an ``httpx2.Response``."""
+
+    def __init__(self, response: PlainResponse) -> None:
+        self.response = response
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self.response.chunks():
+            yield chunk
 
 
 class PlainHttp:
