@@ -45,6 +45,18 @@ class CarriedOps:
     failure: MCPError | None = None
     after: list[Query] = field(default_factory=list)
     """The queries to answer after the tool (feature ``after``, :mod:`guard.txext.after`)."""
+    reported: dict[str, Any] | None = None
+    """The report, when the host computed it in the tool's own access
+    (:meth:`guard.txext.TransactionParticipant.calling`); None: the middleware computes it."""
+
+    def reports(self, key: str, tx: str) -> bool:
+        """This request's operations ran for ``(key, tx)`` and its answer carries a report."""
+        return (
+            self.started
+            and self.failure is None
+            and (self.key, self.tx) == (key, tx)
+            and bool(self.opened or self.after)
+        )
 
 
 CARRIED: contextvars.ContextVar[CarriedOps | None] = contextvars.ContextVar(

@@ -16,17 +16,18 @@ once). A server with one SQLAlchemy connection::
         name = tx.transaction_of(ctx)           # the _meta tx id, validated, or None
 
         def run(backend):
-            tx.check_call("main", name, backend)   # refuses a tx id that is not open here
-            return my_tool(backend.connection, params)
+            with tx.calling("main", name, backend):   # refuses a tx id that is not open here
+                return my_tool(backend.connection, params)
 
         return await access("main", run)
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from typing import Any, TypeVar
 
 import anyio
@@ -199,6 +200,21 @@ class TransactionParticipant:
             run_ops(self._registry, carried, backend)
         self._registry.current(key, tx, backend)
 
+    @contextlib.contextmanager
+    def calling(self, key: str, tx: str | None, backend: Backend) -> Iterator[None]:
+        """:meth:`check_call`, then the tool (the ``with`` block), then the call's report (its
+        change sets and the answers to its queries) taken right there, in the same worker thread
+        and lock hold, whether the tool returned or raised. A host whose tool runs in one access
+        uses it instead of :meth:`check_call` and saves the report its own access (one worker-thread
+        hop) per call."""
+        self.check_call(key, tx, backend)
+        try:
+            yield
+        finally:
+            carried = CARRIED.get()
+            if tx is not None and carried is not None and carried.reports(key, tx):
+                carried.reported = report(self._registry, carried, backend)
+
     async def _carry_ops(self, ctx: Ctx, call_next: CallNext) -> HandlerResult:
         """Server middleware: apply a tools/call's piggybacked operations before its tool (in
         :meth:`check_call`, or here when the host never called it), then report the change sets
@@ -236,7 +252,9 @@ class TransactionParticipant:
             await self.access(key, apply)
         if not carried.opened and not carried.after:
             return result
-        reported = await self.access(key, functools.partial(report, self._registry, carried))
+        reported = carried.reported
+        if reported is None:
+            reported = await self.access(key, functools.partial(report, self._registry, carried))
         if isinstance(result, BaseModel):
             result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
         wire = dict(result or {})

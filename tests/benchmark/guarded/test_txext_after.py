@@ -228,3 +228,47 @@ async def test_writes_with_answered_checks_are_guarded_on_the_event_loop(feature
         assert (await anyio.to_thread.run_sync(session.commit)).committed
     assert rows(connection) == [(1, "one", 0), (2, "two", 0)]
     connection.close()
+
+
+@pytest.mark.parametrize("calling", [False, True])
+async def test_a_host_inside_calling_reports_in_the_tools_own_access(calling: bool) -> None:
+    """A tools/call with a savepoint and an after-query: a host that runs its tool inside
+    ``TransactionParticipant.calling`` serves it in one access to the backend (the report taken
+    there), one that calls ``check_call`` in two (the middleware's report access); the answers are
+    the same; a tool that raised answers no report either way."""
+    accesses: list[str] = []
+    server, connection = server_of(FEATURES, calling=calling, accesses=accesses)
+    async with Client(server, mode="auto") as client:
+        counting = Counting(client)
+
+        def scenario() -> list[Any]:
+            remote = RemoteBackend(counting)
+            remote.begin()
+            seen: list[Any] = []
+            for args in ({"id": 2, "name": "two"}, {"id": 2, "name": "again"}):  # the second: a duplicate key
+                remote.expect([(NAMED, {"name": args["name"]})])
+                point = remote.savepoint()
+                accesses.clear()
+                try:
+                    remote.call_tool("add_item", args)
+                except MCPError as exc:
+                    seen.append(("error", exc.code))
+                seen.append(
+                    (
+                        len(accesses),
+                        remote.changes(point).model_dump(),
+                        remote.query(NAMED, {"name": args["name"]}),
+                    )
+                )
+                remote.release(point)
+            remote.rollback()
+            return seen
+
+        seen = await anyio.to_thread.run_sync(scenario)
+    first, failed, after_failure = seen
+    assert first[0] == (1 if calling else 2)
+    assert [c["table"] for c in first[1]["changes"]] == ["items"] and first[2] == [{"id": 2, "name": "two"}]
+    # The duplicate key raised in the tool: a JSON-RPC error, no report (the client asks again).
+    assert failed == ("error", types.INTERNAL_ERROR)
+    assert after_failure == (1, {"changes": []}, [])
+    connection.close()
