@@ -26,7 +26,7 @@ import contextlib
 import functools
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeGuard, TypeVar, runtime_checkable
 
 from guard.backend import AsksAhead, Backend, BackendError, Piggybacking
 from guard.checks import SqlCheck, queries_ahead
@@ -75,16 +75,44 @@ class WatchesReads(Protocol):
         ...
 
 
+_CONFORMS: dict[tuple[type, type], bool] = {}
+"""Whether a backend class conforms to a runtime-checkable Protocol, by (class, Protocol)."""
+
+
+def _conforms(backend: Backend, protocol: type) -> bool:
+    """``isinstance(backend, protocol)``, decided once per backend class: a Protocol's isinstance
+    looks up every member on every call (issue 18: about 3 % of a passthrough read's proxy CPU, three
+    checks a call). The backends set their members in ``__init__``, so every instance of a class
+    conforms as its first did."""
+    key = (type(backend), protocol)
+    known = _CONFORMS.get(key)
+    if known is None:
+        known = _CONFORMS[key] = isinstance(backend, protocol)
+    return known
+
+
+def _piggybacks(backend: Backend) -> TypeGuard[Piggybacking]:
+    return _conforms(backend, Piggybacking)
+
+
+def _watches_reads(backend: Backend) -> TypeGuard[WatchesReads]:
+    return _conforms(backend, WatchesReads)
+
+
+def _asks_ahead(backend: Backend) -> TypeGuard[AsksAhead]:
+    return _conforms(backend, AsksAhead)
+
+
 def ops_ride_on_calls(backend: Backend) -> bool:
     """Savepoint and release cost no round trip: a journal, or a participant that piggybacks them."""
     if not backend.transactional:
         return True
-    return isinstance(backend, Piggybacking) and backend.piggybacking
+    return _piggybacks(backend) and backend.piggybacking
 
 
 def answers_ride_on_calls(backend: Backend) -> bool:
     """The queries of after-call checks are answered with the call (docs/adr/015)."""
-    return isinstance(backend, AsksAhead) and backend.answering
+    return _asks_ahead(backend) and backend.answering
 
 
 def inline_ok(
@@ -156,7 +184,7 @@ async def _forward(
     """:meth:`GuardSession.forward` with the upstream awaited."""
     call, backend = state.call, session.backend
     read = state.effect is EffectClass.READ
-    reading = backend.reading() if read and isinstance(backend, WatchesReads) else contextlib.nullcontext()
+    reading = backend.reading() if read and _watches_reads(backend) else contextlib.nullcontext()
     with reading:
         savepoint = session.open_attempt(call)
     result: ToolResult | None = None
@@ -185,7 +213,7 @@ async def _forward(
 
 async def _changes(backend: Backend, savepoint: str, offload: Offload) -> ChangeSet:
     """The attempt's change set: read on the loop when the call reported it, else asked for."""
-    if not backend.transactional or (isinstance(backend, Piggybacking) and backend.reported(savepoint)):
+    if not backend.transactional or (_piggybacks(backend) and backend.reported(savepoint)):
         return backend.changes(savepoint)
     changes: ChangeSet = await offload(functools.partial(backend.changes, savepoint))
     return changes
@@ -197,7 +225,7 @@ async def _after(session: GuardSession, state: CallState, offload: Offload) -> T
     next request); undoing a broken call, or checks whose queries must be sent, are offloaded."""
     backend = session.backend
     ahead = queries_ahead(session.checks, "after_call", state.call)
-    if ahead and not (isinstance(backend, AsksAhead) and all(backend.answered(*q) for q in ahead)):
+    if ahead and not (_asks_ahead(backend) and all(backend.answered(*q) for q in ahead)):
         outcome: ToolOutcome = await offload(
             lambda: after_call(session, state) or keep_or_undo(session, state)
         )

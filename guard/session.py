@@ -142,6 +142,7 @@ class GuardSession:
         """A call kept something in this transaction (an allowed write, or an allowed call that
         changed rows): from then on the transaction is the session's work and is never restarted."""
         self._dirty = False
+        self._ahead = backend if isinstance(backend, AsksAhead) else None
         self.pipeline: tuple[Step, ...] = PIPELINE
         """The call's steps (guard.steps), in order."""
         backend.begin()
@@ -349,8 +350,8 @@ class GuardSession:
     def ask_ahead(self, phase: Phase, call: ToolCall | None) -> None:
         """Ask the backend, when it can, for the queries ``phase``'s SQL checks will run for ``call``
         on its next request (they then need no round trip of their own)."""
-        if isinstance(self.backend, AsksAhead):
-            self.backend.expect(queries_ahead(self.checks, phase, call))
+        if self._ahead is not None and self._ahead.answering:
+            self._ahead.expect(queries_ahead(self.checks, phase, call))
 
     def review(self) -> CommitOutcome:
         """The ``at_commit`` checks on the net change set, without committing: their ``violations``

@@ -182,6 +182,8 @@ class AuditLog:
 
     def _write(self, fields: dict[str, Any]) -> dict[str, Any]:
         record = {"ts": datetime.now(UTC).isoformat(), **fields}
+        if self.path is None and not logger.isEnabledFor(logging.INFO):
+            return record  # nobody reads the line (issue 18: encoded for nothing on every call)
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
         with self._lock:
             if self.path is None:

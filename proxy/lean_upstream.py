@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
@@ -45,6 +45,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from proxy import telemetry
+from proxy.lean_http import PlainHttp
+from proxy.upstream_http import upstream_http_limits
 
 if TYPE_CHECKING:
     from mcp.shared.dispatcher import ProgressFnT
@@ -107,7 +109,19 @@ class LeanUpstream:
     ) -> None:
         self.upstream = upstream
         self.url = url
+        self._url = httpx2.URL(url)
+        """``url`` parsed once: each POST would otherwise parse the string again (issue 18's profile)."""
         self.http = http
+        limits = upstream_http_limits()
+        self.plain: PlainHttp | None = PlainHttp(
+            self._url,
+            http,
+            keepalive_expiry=limits.keepalive_expiry or 0.0,
+            max_connections=limits.max_connections or 1,
+            max_keepalive=limits.max_keepalive_connections or 0,
+        )
+        """Sends the POST without httpx's client and pool when it :meth:`~PlainHttp.takes` it
+        (proxy/lean_http.py); None: always through ``http``."""
         self.tools = tools
         """The upstream's tool list by name (the upstream's own mapping, updated in place)."""
         self.tap = EnvelopeTap(http)
@@ -166,6 +180,11 @@ class LeanUpstream:
         )
         return _result(version, raw)
 
+    async def aclose(self) -> None:
+        """Closes :attr:`plain`'s idle connections (the ``httpx2`` client is its owner's to close)."""
+        if self.plain is not None:
+            await self.plain.aclose()
+
     def ready(self) -> bool:
         """The SDK client's ``_meta`` envelope is known: :meth:`request` can be sent."""
         return self.tap.envelope is not None
@@ -199,7 +218,11 @@ class LeanUpstream:
         }
         try:
             with anyio.fail_after(timeout):
-                raw = await self._post(json.dumps(body).encode(), wire, request_id)
+                content = json.dumps(body).encode()
+                if self.plain is not None and self.plain.takes(timeout):
+                    raw = await self._post_plain(self.plain, content, wire, request_id)
+                else:
+                    raw = await self._post(content, wire, request_id)
         except TimeoutError:
             raise MCPError(
                 code=types.REQUEST_TIMEOUT,
@@ -210,8 +233,13 @@ class LeanUpstream:
         return version, raw
 
     async def _post(self, content: bytes, headers: dict[str, str], request_id: int) -> dict[str, Any]:
-        """The JSON-RPC result of the POST (its error raised as MCPError)."""
-        async with self.http.stream("POST", self.url, content=content, headers=headers) as response:
+        """The JSON-RPC result of the POST (its error raised as MCPError).
+
+        ``build_request`` and ``send(stream=True)`` are what ``AsyncClient.stream`` does, without its
+        context-manager wrapper; the response is closed here as ``stream`` closes it."""
+        request = self.http.build_request("POST", self._url, content=content, headers=headers)
+        response = await self.http.send(request, stream=True)
+        try:
             kind = response.headers.get("content-type", "").lower()
             if response.status_code == 202:
                 raise MCPError(
@@ -226,14 +254,39 @@ class LeanUpstream:
             if kind.startswith("application/json"):
                 message = _decode(await response.aread())
             elif kind.startswith("text/event-stream"):
-                message = await _answer_in_stream(response, request_id)
+                message = await _answer_in_stream(response.aiter_lines(), request_id)
             else:
                 raise MCPError(code=types.INVALID_REQUEST, message=f"Unexpected content type: {kind}")
-        _raise_error(message)
-        result = message.get("result")
-        if not isinstance(result, dict):
-            raise MCPError(code=types.PARSE_ERROR, message="Failed to parse JSON response: no result")
-        return result
+        finally:
+            await response.aclose()
+        return _result_of(message)
+
+    async def _post_plain(
+        self, plain: PlainHttp, content: bytes, headers: dict[str, str], request_id: int
+    ) -> dict[str, Any]:
+        """:meth:`_post` on :attr:`plain`: the same statuses, content types and errors."""
+        response = await plain.post(content, headers)
+        try:
+            kind = response.headers.get("content-type", "").lower()
+            if response.status_code == 202:
+                raise MCPError(
+                    code=types.INVALID_REQUEST, message="server answered a request with 202 Accepted"
+                )
+            if response.status_code >= 400:
+                if kind.startswith("application/json"):
+                    _raise_error(_decode(await response.read()))
+                if response.status_code == 404:
+                    raise MCPError(code=types.METHOD_NOT_FOUND, message="Not Found")
+                raise MCPError(code=types.INTERNAL_ERROR, message="Server returned an error response")
+            if kind.startswith("application/json"):
+                message = _decode(await response.read())
+            elif kind.startswith("text/event-stream"):
+                message = await _answer_in_stream(response.iter_lines(), request_id)
+            else:
+                raise MCPError(code=types.INVALID_REQUEST, message=f"Unexpected content type: {kind}")
+        finally:
+            await response.close()
+        return _result_of(message)
 
 
 class LeanTxSession:
@@ -307,11 +360,19 @@ def _raise_error(message: Mapping[str, Any]) -> None:
     raise MCPError.from_error_data(data)
 
 
-async def _answer_in_stream(response: httpx2.Response, request_id: int) -> dict[str, Any]:
+def _result_of(message: Mapping[str, Any]) -> dict[str, Any]:
+    _raise_error(message)
+    result = message.get("result")
+    if not isinstance(result, dict):
+        raise MCPError(code=types.PARSE_ERROR, message="Failed to parse JSON response: no result")
+    return result
+
+
+async def _answer_in_stream(lines: AsyncIterator[str], request_id: int) -> dict[str, Any]:
     """The response to ``request_id`` in an SSE answer (notifications before it are not relayed: a
     lean call has no progress token or log level to relay them for)."""
     data: list[str] = []
-    async for line in response.aiter_lines():
+    async for line in lines:
         if line.startswith("data:"):
             data.append(line[5:].removeprefix(" "))
         elif line == "" and data:

@@ -172,6 +172,10 @@ for _value in FINISHED_OUTCOMES:
 for _value in DELIVERY_RESULTS:
     WEBHOOK_DELIVERIES.labels(result=_value)
 
+_RELAY_PATHS: dict[str, Counter] = {}
+"""Each lean path's counter once used (``labels`` validates and locks on every call); a path's
+series appears on ``/metrics`` with its first request, as before."""
+
 _COUNTED = (Verdict.REFUSED, Verdict.ROLLED_BACK)
 """Verdicts whose violations are rule violations (a held call's entry names the approval rule)."""
 
@@ -199,6 +203,8 @@ def record_call(outcome: ToolOutcome) -> None:
         for violation in outcome.violations:
             VIOLATIONS.labels(rule=violation.rule_id).inc()
     current = trace.get_current_span()
+    if not current.is_recording():
+        return  # no exporter: the attributes would be dropped (issue 18: built on every call)
     current.set_attributes(
         _attributes(
             {
@@ -274,7 +280,10 @@ def record_webhook_delivery(delivered: bool) -> None:
 def record_relay_call(path: str) -> None:
     """Count one request a lean path relayed: a ``tools/call`` (``lean_agent``, ``lean_upstream``) or a
     ``shadowguard/tx`` request (``lean_tx``)."""
-    RELAY_CALLS.labels(path=path).inc()
+    counter = _RELAY_PATHS.get(path)
+    if counter is None:
+        counter = _RELAY_PATHS[path] = RELAY_CALLS.labels(path=path)
+    counter.inc()
 
 
 def _decision(approval: Approval) -> str:

@@ -333,6 +333,9 @@ class Upstream:
             if conn is not None:
                 await conn.aclose()
         self._shared = self._spare = None
+        if self._lean is not None:
+            await self._lean.aclose()
+            self._lean = None
         if self._http is not None:
             await self._http.aclose()
             self._http = None

@@ -34,6 +34,7 @@ CALL_PATH = (
     "proxy/legs.py",
     "proxy/render.py",
     "proxy/lean_upstream.py",
+    "proxy/lean_http.py",
     "proxy/upstream*.py",
 )
 """The modules a guarded ``tools/call`` runs through (docs/proxy.md, "A guarded call")."""

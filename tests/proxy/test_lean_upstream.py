@@ -1,6 +1,7 @@
 """The lean upstream send (proxy/lean_upstream.py) maps what an upstream answers over real HTTP to
 the errors the SDK client gives: a JSON-RPC error, 404, 5xx, 202, a wrong content type, an SSE
-answer, a connection dropped under the request, a timeout."""
+answer, a connection dropped under the request, a timeout. Each on both of its senders: its own
+keep-alive connections (proxy/lean_http.py) and the ``httpx2`` client."""
 
 from __future__ import annotations
 
@@ -58,15 +59,25 @@ def url() -> Iterator[str]:
         yield f"{base}/mcp"
 
 
-async def call(url: str, name: str) -> types.CallToolResult | types.InputRequiredResult:
+@pytest.fixture(params=["plain", "httpx"])
+def sender(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+async def call(url: str, name: str, sender: str) -> types.CallToolResult | types.InputRequiredResult:
     async with httpx2.AsyncClient() as http:
         lean = LeanUpstream("up", url, http, {})
+        if sender == "httpx":
+            lean.plain = None
         lean.tap.envelope = {k: v for k, v in ENVELOPE.items()}
-        return await lean.call(name, {"a": 1}, {"acme/trace": "t"}, timeout=30)
+        try:
+            return await lean.call(name, {"a": 1}, {"acme/trace": "t"}, timeout=30)
+        finally:
+            await lean.aclose()
 
 
-async def test_a_result_and_the_request_the_sdk_client_would_send(url: str) -> None:
-    result = await call(url, "ok")
+async def test_a_result_and_the_request_the_sdk_client_would_send(url: str, sender: str) -> None:
+    result = await call(url, "ok", sender)
     assert isinstance(result, types.CallToolResult) and result.content[0].text == "ok"  # type: ignore[union-attr]
     seen = SEEN[-1]
     assert seen["body"]["params"] == {
@@ -83,8 +94,8 @@ async def test_a_result_and_the_request_the_sdk_client_would_send(url: str) -> N
     assert headers["accept"] == "application/json, text/event-stream"
 
 
-async def test_an_sse_answer(url: str) -> None:
-    result = await call(url, "sse")
+async def test_an_sse_answer(url: str, sender: str) -> None:
+    result = await call(url, "sse", sender)
     assert isinstance(result, types.CallToolResult) and not result.is_error
 
 
@@ -98,15 +109,15 @@ async def test_an_sse_answer(url: str) -> None:
         ("html", types.INVALID_REQUEST),
     ],
 )
-async def test_failures_map_to_the_sdk_clients_errors(url: str, name: str, code: int) -> None:
+async def test_failures_map_to_the_sdk_clients_errors(url: str, name: str, code: int, sender: str) -> None:
     with pytest.raises(MCPError) as caught:
-        await call(url, name)
+        await call(url, name, sender)
     assert caught.value.code == code
 
 
-async def test_an_upstream_that_is_gone_is_connection_closed() -> None:
+async def test_an_upstream_that_is_gone_is_connection_closed(sender: str) -> None:
     with serving(Starlette(routes=[Route("/mcp", mcp, methods=["POST"])])) as base:
         gone = f"{base}/mcp"
     with pytest.raises(MCPError) as caught:
-        await call(gone, "ok")
+        await call(gone, "ok", sender)
     assert caught.value.code == types.CONNECTION_CLOSED

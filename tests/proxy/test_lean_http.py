@@ -1,0 +1,232 @@
+"""The lean path's own HTTP/1.1 connections (proxy/lean_http.py) against real servers on loopback:
+kept alive and reused, never used once the upstream closed them, a request whose answer was lost
+never sent again, the headers and answers httpx would give, cookies into the client's jar, and what
+it leaves to httpx."""
+
+from __future__ import annotations
+
+import gzip
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterator
+
+import httpx2
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from proxy.lean_http import PlainHttp
+from proxy.upstream_http import upstream_http_client, upstream_http_limits
+from tests.support.processes import serving
+
+pytestmark = pytest.mark.anyio
+TIMEOUT = httpx2.Timeout(10.0)
+CLIENTS: list[str] = []
+HEADERS: list[dict[str, str]] = []
+SSE_PIECES = [b'event: message\r\ndata: {"a": "\xc3', b'\xa9"}\r', b"\n\r\n: ping\n\n", b"data: 2\n\n"]
+
+
+async def echo(request: Request) -> Response:
+    await request.body()
+    assert request.client is not None
+    CLIENTS.append(f"{request.client.host}:{request.client.port}")
+    HEADERS.append(dict(request.headers))
+    return JSONResponse({"ok": True})
+
+
+async def cookie(request: Request) -> Response:
+    response = JSONResponse({"ok": True})
+    response.set_cookie("lb", "replica-2")
+    return response
+
+
+async def stream(request: Request) -> Response:
+    async def pieces() -> AsyncIterator[bytes]:
+        for piece in SSE_PIECES:
+            yield piece
+
+    return StreamingResponse(pieces(), media_type="text/event-stream")
+
+
+async def compressed(request: Request) -> Response:
+    return Response(
+        gzip.compress(b'{"ok": true}'), media_type="application/json", headers={"content-encoding": "gzip"}
+    )
+
+
+APP = Starlette(
+    routes=[
+        Route("/echo", echo, methods=["POST"]),
+        Route("/cookie", cookie, methods=["POST"]),
+        Route("/stream", stream, methods=["POST"]),
+        Route("/compressed", compressed, methods=["POST"]),
+    ]
+)
+
+
+@pytest.fixture(scope="module")
+def base() -> Iterator[str]:
+    with serving(APP) as url:
+        yield url
+
+
+def plain(client: httpx2.AsyncClient, url: str) -> PlainHttp:
+    limits = upstream_http_limits()
+    return PlainHttp(
+        httpx2.URL(url),
+        client,
+        keepalive_expiry=limits.keepalive_expiry or 0.0,
+        max_connections=limits.max_connections or 1,
+        max_keepalive=limits.max_keepalive_connections or 0,
+    )
+
+
+async def post(http: PlainHttp, headers: dict[str, str] | None = None) -> bytes:
+    response = await http.post(b"{}", {"content-type": "application/json", **(headers or {})})
+    try:
+        return await response.read()
+    finally:
+        await response.close()
+
+
+async def test_requests_share_one_kept_alive_connection(base: str) -> None:
+    async with upstream_http_client(TIMEOUT) as client:
+        http = plain(client, f"{base}/echo")
+        CLIENTS.clear()
+        for _ in range(3):
+            assert await post(http) == b'{"ok":true}'
+        await http.aclose()
+    assert len(CLIENTS) == 3 and len(set(CLIENTS)) == 1
+
+
+async def test_the_upstream_sees_what_httpx_sends_but_accept_encoding(base: str) -> None:
+    headers = {"accept": "application/json, text/event-stream", "mcp-method": "tools/call"}
+    async with upstream_http_client(TIMEOUT) as client:
+        await client.post(
+            f"{base}/echo", content=b"{}", headers={"content-type": "application/json", **headers}
+        )
+        http = plain(client, f"{base}/echo")
+        await post(http, headers)
+        await http.aclose()
+    by_httpx, by_plain = HEADERS[-2], HEADERS[-1]
+    assert by_httpx.pop("accept-encoding") == "gzip, deflate, br"
+    assert by_plain == by_httpx
+
+
+async def test_an_event_stream_is_split_into_lines_as_httpx_splits_it(base: str) -> None:
+    async with upstream_http_client(TIMEOUT) as client:
+        async with client.stream("POST", f"{base}/stream", content=b"{}") as answer:
+            expected = [line async for line in answer.aiter_lines()]
+        http = plain(client, f"{base}/stream")
+        response = await http.post(b"{}", {})
+        lines = [line async for line in response.iter_lines()]
+        await response.close()
+        await http.aclose()
+    assert lines == expected == ["event: message", 'data: {"a": "é"}', "", ": ping", "", "data: 2", ""]
+
+
+async def test_a_compressed_answer_is_decoded(base: str) -> None:
+    async with upstream_http_client(TIMEOUT) as client:
+        http = plain(client, f"{base}/compressed")
+        assert await post(http) == b'{"ok": true}'
+        await http.aclose()
+
+
+async def test_a_cookie_goes_into_the_clients_jar_and_then_httpx_sends(base: str) -> None:
+    async with upstream_http_client(TIMEOUT) as client:
+        http = plain(client, f"{base}/cookie")
+        assert http.takes(10)
+        await post(http)
+        await http.aclose()
+        assert client.cookies.get("lb") == "replica-2"
+        assert not http.takes(10)
+
+
+async def test_what_it_leaves_to_httpx(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with upstream_http_client(TIMEOUT) as client:
+        assert plain(client, "http://127.0.0.1:1/mcp").takes(10)
+        assert not plain(client, "https://127.0.0.1:1/mcp").takes(10)
+        assert not plain(client, "http://127.0.0.1:1/mcp").takes(11)  # past the client's read timeout
+
+        async def hook(request: httpx2.Request) -> None:
+            """An event hook httpx would call."""
+
+        client.event_hooks["request"].append(hook)
+        assert not plain(client, "http://127.0.0.1:1/mcp").takes(10)
+        client.event_hooks["request"].remove(hook)
+        monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
+        assert not plain(client, "http://127.0.0.1:1/mcp").takes(10)
+
+
+class OneShot:
+    """A raw HTTP server on loopback: reads each request, then answers it keep-alive and closes the
+    connection all the same (``answer``), or closes it without an answer."""
+
+    def __init__(self, *, answer: bool) -> None:
+        self.answer = answer
+        self.accepted = 0
+        self.requests = 0
+        self.closed = threading.Event()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            with conn:
+                data = b""
+                while not data.endswith(b"{}"):
+                    data += conn.recv(65536)
+                self.requests += 1
+                if self.answer:
+                    conn.sendall(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+                    )
+            self.closed.set()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+async def test_an_idle_connection_the_upstream_closed_is_not_used() -> None:
+    server = OneShot(answer=True)
+    try:
+        async with upstream_http_client(TIMEOUT) as client:
+            http = plain(client, f"http://127.0.0.1:{server.port}/mcp")
+            for _ in range(2):
+                server.closed.clear()
+                assert await post(http) == b"{}"
+                assert server.closed.wait(10)
+            await http.aclose()
+    finally:
+        server.close()
+    assert (server.accepted, server.requests) == (2, 2)
+
+
+async def test_a_post_whose_answer_was_lost_is_not_sent_again() -> None:
+    server = OneShot(answer=False)
+    try:
+        async with upstream_http_client(TIMEOUT) as client:
+            http = plain(client, f"http://127.0.0.1:{server.port}/mcp")
+            with pytest.raises(httpx2.RemoteProtocolError):
+                await post(http)
+            await http.aclose()
+    finally:
+        server.close()
+    assert server.requests == 1
+
+
+async def test_an_upstream_that_is_not_there_is_a_connect_error() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as sock:
+        port = sock.getsockname()[1]
+    async with upstream_http_client(TIMEOUT) as client:
+        with pytest.raises(httpx2.ConnectError):
+            await post(plain(client, f"http://127.0.0.1:{port}/mcp"))
