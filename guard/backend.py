@@ -10,7 +10,7 @@ transact.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from guard.models import ChangeSet
@@ -65,6 +65,24 @@ class Piggybacking(Protocol):
 
     def reported(self, savepoint: str) -> bool:
         """:meth:`Backend.changes` since ``savepoint`` is answered without a request."""
+        ...
+
+
+@runtime_checkable
+class AsksAhead(Protocol):
+    """A backend that can ask for the queries the guard's checks will run next on the request that
+    precedes them, so that each costs no round trip of its own (:class:`guard.txext.RemoteBackend`
+    with a participant that serves ``after``, docs/adr/015)."""
+
+    answering: bool
+    """True while queries asked ahead are answered (False: :meth:`expect` asks nothing)."""
+
+    def expect(self, queries: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+        """The SELECTs (text, parameters) the guard will run after the next tool call or change set."""
+        ...
+
+    def answered(self, sql: str, params: Mapping[str, Any] | None = None) -> bool:
+        """:meth:`Backend.query` of ``sql`` with ``params`` is answered without a request."""
         ...
 
 

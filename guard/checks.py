@@ -110,15 +110,19 @@ class SqlCheck:
     def applies_to(self, tool: str | None) -> bool:
         return self.tools is None or tool is None or tool in self.tools
 
-    def run(self, ctx: CheckContext) -> list[Violation]:
-        arguments = ctx.call.arguments if ctx.call is not None else {}
-        params = {
+    def bind(self, call: ToolCall | None) -> dict[str, Any]:
+        """The query's ``:name`` parameters from the call's arguments (ArgumentValueError if one
+        cannot be bound)."""
+        arguments = call.arguments if call is not None else {}
+        return {
             name: self.arguments[name].bind(arguments, name)
             if name in self.arguments
             else _scalar(arguments, name)
             for name in self.parameters
         }
-        rows = ctx.query(self.sql, params)
+
+    def run(self, ctx: CheckContext) -> list[Violation]:
+        rows = ctx.query(self.sql, self.bind(ctx.call))
         if not rows:
             return []
         return [
@@ -198,6 +202,24 @@ class PythonCheck:
                 )
             )
         return out
+
+
+def queries_ahead(
+    checks: Iterable[Check], phase: Phase, call: ToolCall | None
+) -> list[tuple[str, dict[str, Any]]]:
+    """The SELECTs (text, parameters) the SQL checks of ``phase`` will run for ``call``, to ask for
+    ahead (guard.backend.AsksAhead). Their parameters depend only on the call's arguments. A check
+    whose arguments cannot be bound is not asked for: it raises the same error when it runs, and
+    :func:`run_checks` reports it there."""
+    tool = call.tool if call is not None else None
+    queries: list[tuple[str, dict[str, Any]]] = []
+    for check in checks:
+        if isinstance(check, SqlCheck) and check.phase == phase and check.applies_to(tool):
+            try:
+                queries.append((check.sql, check.bind(call)))
+            except ArgumentValueError:
+                continue
+    return queries
 
 
 def run_checks(checks: Iterable[Check], ctx: CheckContext) -> list[Violation]:

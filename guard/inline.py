@@ -9,14 +9,15 @@ release, and those ride on the call itself (a journal, or a participant that pig
     allow → validate → before-call checks → approval → shadow execute with retries (awaited)
           → after-call checks → keep
 
-:func:`inline_ok` says which calls qualify: read-classified, no ``before_call`` or ``after_call``
-check applies to the tool, no approval rule matches it, no approval named, and a backend whose
-savepoints cost no round trip. On a participant that serves ``watch`` (docs/adr/013), the read's
-savepoint is a watch: no savepoint of its own on the upstream. Anything on the way that does talk
-to the backend (undoing a failed attempt or a read that wrote, a change set the upstream did not
-report, restarting the transaction, a retry's wait) is handed to ``offload``, which runs it off the
-event loop (a worker thread, as the whole call would otherwise). The outcome is the one
-:meth:`GuardSession.run` gives.
+:func:`inline_ok` says which calls qualify: a read, or a write on a transactional backend (not an
+irreversible call); no ``before_call`` check applies to the tool, and the ``after_call`` checks that
+apply are SQL checks whose queries the backend answers with the call (docs/adr/015); no approval
+rule matches it, no approval named, and a backend whose savepoints cost no round trip. On a
+participant that serves ``watch`` (docs/adr/013), a read's savepoint is a watch: no savepoint of its
+own on the upstream. Anything on the way that does talk to the backend (undoing a failed attempt or
+a call whose checks broke, a change set or a check query the upstream did not answer, restarting the
+transaction, a retry's wait) is handed to ``offload``, which runs it off the event loop (a worker
+thread, as the whole call would otherwise). The outcome is the one :meth:`GuardSession.run` gives.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeGuard, TypeVar, runtime_checkable
 
-from guard.backend import Backend, BackendError, Piggybacking
+from guard.backend import AsksAhead, Backend, BackendError, Piggybacking
+from guard.checks import SqlCheck, queries_ahead
 from guard.effects import classify
 from guard.errors import ToolFailure
 from guard.models import ChangeSet, EffectClass, ToolOutcome
@@ -36,12 +38,14 @@ from guard.session import FORWARDING, Forwarded, GuardSession, ToolResult
 from guard.steps import (
     CallState,
     after_call,
+    after_call_broken,
     allow,
     approval,
     before_call,
     executed,
     keep_or_undo,
     retry_terms,
+    undo_broken,
     validate,
 )
 
@@ -95,6 +99,10 @@ def _watches_reads(backend: Backend) -> TypeGuard[WatchesReads]:
     return _conforms(backend, WatchesReads)
 
 
+def _asks_ahead(backend: Backend) -> TypeGuard[AsksAhead]:
+    return _conforms(backend, AsksAhead)
+
+
 def ops_ride_on_calls(backend: Backend) -> bool:
     """Savepoint and release cost no round trip: a journal, or a participant that piggybacks them."""
     if not backend.transactional:
@@ -102,20 +110,31 @@ def ops_ride_on_calls(backend: Backend) -> bool:
     return _piggybacks(backend) and backend.piggybacking
 
 
+def answers_ride_on_calls(backend: Backend) -> bool:
+    """The queries of after-call checks are answered with the call (docs/adr/015)."""
+    return _asks_ahead(backend) and backend.answering
+
+
 def inline_ok(
     session: GuardSession, tool: str, arguments: Mapping[str, Any], approval_id: str | None
 ) -> bool:
     """``tool`` can be guarded by :func:`run_inline` (see the module docstring); an unknown or
     hidden tool can (it is refused before anything runs)."""
-    if approval_id is not None or session.closed or not ops_ride_on_calls(session.backend):
+    backend = session.backend
+    if approval_id is not None or session.closed or not ops_ride_on_calls(backend):
         return False
     info = session.tools.get(tool)
     if info is None:
         return True
     effect = classify(info, arguments, session.policy.effect_of(tool))[0]
-    if effect is not EffectClass.READ or session.needs_person(False, effect):
+    if effect is EffectClass.IRREVERSIBLE or session.needs_person(False, effect):
         return False
-    if any(c.phase in INLINE_PHASES and c.applies_to(tool) for c in session.checks):
+    if effect is EffectClass.WRITE and not backend.transactional:
+        return False
+    applying = [c for c in session.checks if c.phase in INLINE_PHASES and c.applies_to(tool)]
+    if any(c.phase == "before_call" or not isinstance(c, SqlCheck) for c in applying):
+        return False
+    if applying and not answers_ride_on_calls(backend):
         return False
     return session.policy.approval_for(tool, effect, arguments, None) is None
 
@@ -164,9 +183,10 @@ async def _forward(
 ) -> Attempt[Forwarded]:
     """:meth:`GuardSession.forward` with the upstream awaited."""
     call, backend = state.call, session.backend
-    reading = backend.reading() if _watches_reads(backend) else contextlib.nullcontext()
-    with reading:  # inline calls are read-classified (inline_ok)
-        savepoint = session.open_attempt()
+    read = state.effect is EffectClass.READ
+    reading = backend.reading() if read and _watches_reads(backend) else contextlib.nullcontext()
+    with reading:
+        savepoint = session.open_attempt(call)
     result: ToolResult | None = None
     failure: ToolFailure | None
     try:
@@ -200,15 +220,18 @@ async def _changes(backend: Backend, savepoint: str, offload: Offload) -> Change
 
 
 async def _after(session: GuardSession, state: CallState, offload: Offload) -> ToolOutcome:
-    """The after-call checks and keep-or-undo: on the loop when the read changed nothing (no check
-    applies, so only releasing its savepoint is left, and that rides on the next request)."""
-    forwarded = state.forwarded
-    assert forwarded is not None
-
-    def finish() -> ToolOutcome:
-        return after_call(session, state) or keep_or_undo(session, state)
-
-    if forwarded.changes:
-        outcome: ToolOutcome = await offload(finish)
+    """The after-call checks and keep-or-undo: on the loop when every query of the checks came with
+    the call (docs/adr/015) and none broke, so only releasing the savepoint is left (it rides on the
+    next request); undoing a broken call, or checks whose queries must be sent, are offloaded."""
+    backend = session.backend
+    ahead = queries_ahead(session.checks, "after_call", state.call)
+    if ahead and not (_asks_ahead(backend) and all(backend.answered(*q) for q in ahead)):
+        outcome: ToolOutcome = await offload(
+            lambda: after_call(session, state) or keep_or_undo(session, state)
+        )
         return outcome
-    return finish()
+    broken = after_call_broken(session, state)
+    if broken:
+        undone: ToolOutcome = await offload(functools.partial(undo_broken, session, state, broken))
+        return undone
+    return keep_or_undo(session, state)

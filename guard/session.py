@@ -38,8 +38,8 @@ from typing import Any
 
 from guard.approvals.gate import ApprovalGate
 from guard.approvals.models import ApprovalStoreError
-from guard.backend import Backend, BackendError
-from guard.checks import Check, CheckContext, Phase, run_checks
+from guard.backend import AsksAhead, Backend, BackendError
+from guard.checks import Check, CheckContext, Phase, queries_ahead, run_checks
 from guard.classifier import Classifier
 from guard.effects import ToolInfo, classify
 from guard.errors import ToolFailure, TransientError
@@ -142,6 +142,7 @@ class GuardSession:
         """A call kept something in this transaction (an allowed write, or an allowed call that
         changed rows): from then on the transaction is the session's work and is never restarted."""
         self._dirty = False
+        self._ahead = backend if isinstance(backend, AsksAhead) else None
         self.pipeline: tuple[Step, ...] = PIPELINE
         """The call's steps (guard.steps), in order."""
         backend.begin()
@@ -257,7 +258,7 @@ class GuardSession:
         not undo what such a call did outside the database, and the shadow state would then hide an
         effect that exists.
         """
-        savepoint = self.open_attempt()
+        savepoint = self.open_attempt(call)
         result: ToolResult | None = None
         failure: ToolFailure | None
         try:
@@ -279,8 +280,10 @@ class GuardSession:
             raise
         return self.close_attempt(savepoint, result, failure, changes, keep_applied=keep_applied)
 
-    def open_attempt(self) -> str:
-        """An attempt's savepoint (from now on the transaction may hold something of the session's)."""
+    def open_attempt(self, call: ToolCall) -> str:
+        """An attempt's savepoint (from now on the transaction may hold something of the session's);
+        the queries of the call's after-call checks are asked for ahead (guard.backend.AsksAhead)."""
+        self.ask_ahead("after_call", call)
         savepoint = self.backend.savepoint()
         self._dirty = True
         return savepoint
@@ -344,11 +347,18 @@ class GuardSession:
         """The net change set of the session so far."""
         return self.backend.changes().net()
 
+    def ask_ahead(self, phase: Phase, call: ToolCall | None) -> None:
+        """Ask the backend, when it can, for the queries ``phase``'s SQL checks will run for ``call``
+        on its next request (they then need no round trip of their own)."""
+        if self._ahead is not None and self._ahead.answering:
+            self._ahead.expect(queries_ahead(self.checks, phase, call))
+
     def review(self) -> CommitOutcome:
         """The ``at_commit`` checks on the net change set, without committing: their ``violations``
         (none: a commit may go ahead) and the ``changes`` a commit would apply."""
         if self.closed:
             raise SessionClosedError("session is closed")
+        self.ask_ahead("at_commit", None)
         changes = self.pending_changes()
         violations = run_checks(self.checks, self.context("at_commit", None, changes))
         return CommitOutcome(committed=False, violations=violations, changes=changes)

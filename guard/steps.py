@@ -209,6 +209,12 @@ def executed(
 def after_call(session: GuardSession, state: CallState) -> ToolOutcome | None:
     """The pack's ``after_call`` checks on the call's change set (and a read that wrote): broken,
     the call is rolled back to its savepoint."""
+    broken = after_call_broken(session, state)
+    return undo_broken(session, state, broken) if broken else None
+
+
+def after_call_broken(session: GuardSession, state: CallState) -> list[Violation]:
+    """What :func:`after_call` finds broken (talks to the backend only through the checks' queries)."""
     forwarded = state.forwarded
     assert forwarded is not None and forwarded.result is not None
     call, changes = state.call, forwarded.changes
@@ -221,16 +227,21 @@ def after_call(session: GuardSession, state: CallState) -> ToolOutcome | None:
                 hint="The change was rolled back; classify a tool meant to write in the policy pack.",
             )
         )
-    broken += run_checks(session.checks, session.context("after_call", call, changes))
-    if not broken:
-        return None
+    return broken + run_checks(session.checks, session.context("after_call", call, changes))
+
+
+def undo_broken(session: GuardSession, state: CallState, broken: Sequence[Violation]) -> ToolOutcome:
+    """A call whose after-call checks broke: rolled back to its savepoint, the violations reported."""
+    forwarded = state.forwarded
+    assert forwarded is not None and forwarded.result is not None
+    call, changes = state.call, forwarded.changes
     session.backend.rollback_to(forwarded.savepoint)
     outcome = ToolOutcome.of(
         call,
         state.effect,
         Verdict.ROLLED_BACK,
         violated(broken, call.tool),
-        violations=broken,
+        violations=list(broken),
         retries=state.retries,
         result=forwarded.result.text,
         changes=changes,

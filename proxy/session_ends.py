@@ -33,7 +33,7 @@ from proxy.commits import crash_point, entry_outcome, record_outcome
 from proxy.held import CANCEL_REASONS, HeldCalls
 from proxy.ledger import CommitRecord, LedgerError, SessionLedger, applied_on, failed_on
 from proxy.legs import Leg, is_gone, journaled
-from proxy.session_outcomes import Attempted, upstream_failed
+from proxy.session_outcomes import Attempted, not_recorded, upstream_failed
 from proxy.session_types import CallResult, RollbackOutcome, RollbackReason, SessionObserver, lost_message
 from proxy.upstream_types import UpstreamError
 
@@ -307,6 +307,32 @@ class TransactionEnds:
             leg.connection.lost = True
             if not gone:
                 logger.warning("session %s: rollback on %r failed: %s", self.id, leg.upstream.name, exc)
+
+    def _note_open(self, leg: Leg, tool: str, arguments: Mapping[str, Any]) -> CallResult | None:
+        """After a call: once the session keeps uncommitted writes, the ledger notes it (once). None
+        when noted (or nothing to note); a ledger that cannot be written fails the call
+        (:meth:`_not_recorded`)."""
+        guard = leg.guard
+        if guard is None or not guard.kept or self._recorded or self.ledger is None:
+            return None
+        try:
+            self.ledger.opened(self.id, self.principal)
+        except LedgerError as exc:
+            return self._not_recorded(leg, tool, arguments, exc)
+        self._recorded = True
+        return None
+
+    def _not_recorded(
+        self, leg: Leg, tool: str, arguments: Mapping[str, Any], exc: LedgerError
+    ) -> CallResult:
+        """The ledger cannot follow the session: its writes are rolled back (they could not be told
+        after a crash) and the call fails saying so."""
+        logger.warning("session %s: %s", self.id, exc)
+        rollback = self._rollback_sync("upstream_failed")
+        attempted = Attempted(self.id, self.principal, leg.upstream, tool, arguments)
+        outcome = not_recorded(attempted, exc, rollback.not_reversed)
+        self.lost = outcome.result
+        return CallResult(outcome)
 
     def _broken(self, leg: Leg, tool: str, arguments: Mapping[str, Any], exc: BaseException) -> CallResult:
         """The call could not be guarded to the end: roll the whole session back and say so."""

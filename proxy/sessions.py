@@ -10,8 +10,8 @@ A :class:`ProxySession` is what an agent's session key (docs/proxy.md: ``Mcp-Ses
 * on each leg, the current transaction: a :class:`guard.session.GuardSession`, begun on the first
   call after the session opened or after the last commit or rollback.
 
-A call is guarded by the leg's GuardSession: on the event loop when that is small work (a read
-whose savepoint rides on the call: :mod:`guard.inline`), else in a worker thread
+A call is guarded by the leg's GuardSession: on the event loop when that is small work (a call
+whose savepoint and check queries ride on it: :mod:`guard.inline`), else in a worker thread
 (``anyio.to_thread``), from which the backends reach the upstream connections on the event loop
 (``anyio.from_thread``). A session's calls run one at a time (its lock); sessions run concurrently.
 Legs: :mod:`proxy.legs`; commit and rollback, and the failure semantics: :mod:`proxy.session_ends`;
@@ -47,7 +47,7 @@ from proxy.held import HeldCalls
 from proxy.ledger import LedgerError, SessionLedger
 from proxy.legs import LOCK_WAIT, GuardTerms, Leg, begin_guard, executor, is_gone, open_leg, renew_due, sender
 from proxy.session_ends import TransactionEnds
-from proxy.session_outcomes import Attempted, lock_at_begin, no_writer_slot, not_recorded, unavailable
+from proxy.session_outcomes import Attempted, lock_at_begin, no_writer_slot, unavailable
 from proxy.session_types import (
     SESSION_META_KEY,
     CallResult,
@@ -279,9 +279,9 @@ class ProxySession(TransactionEnds):
         self, leg: Leg, tool: str, arguments: Mapping[str, Any], approval_id: str | None
     ) -> CallResult:
         """The call through the leg's GuardSession: on the event loop when its guarding is small work
-        (guard.inline: a read on an open transaction whose savepoint rides on the call), else in a
-        worker thread. Shielded either way: a call the agent gave up on still ends cleanly (a worker
-        thread runs to its end, too)."""
+        (guard.inline: a read or write on an open transaction whose savepoint and check queries ride
+        on the call), else in a worker thread. Shielded either way: a call the agent gave up on still
+        ends cleanly (a worker thread runs to its end, too)."""
         guard = leg.guard
         if guard is None or not self._looked_up or not inline_ok(guard, tool, arguments, approval_id):
             result: CallResult = await self._run(self._call_sync, leg, tool, arguments, approval_id)
@@ -296,6 +296,10 @@ class ProxySession(TransactionEnds):
             except BaseException:
                 await self._run(self._rollback_sync, "upstream_failed")
                 raise
+            if guard.kept and not self._recorded and self.ledger is not None:
+                noted: CallResult | None = await self._run(self._note_open, leg, tool, arguments)
+                if noted is not None:
+                    return noted
         forwarded = answer.raw if answer is not None and outcome.verdict is not Verdict.REFUSED else None
         return CallResult(outcome, forwarded)
 
@@ -320,17 +324,13 @@ class ProxySession(TransactionEnds):
                     leg.remote = None
                     return CallResult(lock_at_begin(self._attempted(leg.upstream, tool, arguments), exc))
             outcome, answer = guard.run(tool, arguments, approval_id=approval_id)
-            if guard.kept and not self._recorded and self.ledger is not None:
-                self.ledger.opened(self.id, self.principal)
-                self._recorded = True
+            noted = self._note_open(leg, tool, arguments)
+            if noted is not None:
+                return noted
         except (BackendError, UpstreamError, MCPError) as exc:
             return self._broken(leg, tool, arguments, exc)
-        except LedgerError as exc:
-            logger.warning("session %s: %s", self.id, exc)
-            rollback = self._rollback_sync("upstream_failed")
-            outcome = not_recorded(self._attempted(leg.upstream, tool, arguments), exc, rollback.not_reversed)
-            self.lost = outcome.result
-            return CallResult(outcome)
+        except LedgerError as exc:  # the ledger lookup of an earlier life of this id
+            return self._not_recorded(leg, tool, arguments, exc)
         except BaseException:
             self._rollback_sync("upstream_failed")
             raise

@@ -422,8 +422,8 @@ class EnvServer:
             key, tx = self.session_key(ctx), self.transactions.transaction_of(ctx)
 
             def call(env: Environment, backend: SqlBackend) -> str:
-                self.transactions.check_call(key, tx, backend)
-                return env.call_tool(params.name, params.arguments)
+                with self.transactions.calling(key, tx, backend):
+                    return env.call_tool(params.name, params.arguments)
 
             text = await self.sessions.with_backend(key, call)
         else:

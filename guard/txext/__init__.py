@@ -15,8 +15,8 @@ One concept per module:
 - :mod:`guard.txext.participant` — what a transactional upstream runs (:class:`TransactionParticipant`,
   :class:`BackendAccess`, :func:`serialized`), with its open transactions and leases in
   :mod:`guard.txext.registry`, its lease reaper in :mod:`guard.txext.leases`, its named points
-  (savepoints and watches) in :mod:`guard.txext.points` and its side of piggybacked operations in
-  :mod:`guard.txext.carried`;
+  (savepoints and watches) in :mod:`guard.txext.points`, its side of piggybacked operations in
+  :mod:`guard.txext.carried` and of queries after a request in :mod:`guard.txext.after`;
 - :mod:`guard.txext.client` — the guard's side (:class:`RemoteBackend`, :class:`TransactionError`),
   with its errors and the piggyback sequence of a tools/call in :mod:`guard.txext.toolcalls`
   (:meth:`RemoteBackend.send_tool_call`).
@@ -34,6 +34,8 @@ from guard.txext.client import (
 from guard.txext.leases import BackendAccess
 from guard.txext.participant import TransactionParticipant, serialized
 from guard.txext.protocol import (
+    AFTER,
+    AFTER_META_KEY,
     BEGIN,
     CHANGES,
     COMMIT,
@@ -73,6 +75,8 @@ from guard.txext.protocol import (
 )
 
 __all__ = [
+    "AFTER",
+    "AFTER_META_KEY",
     "BEGIN",
     "CHANGES",
     "COMMIT",

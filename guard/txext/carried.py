@@ -1,6 +1,7 @@
 """The participant's side of piggybacked operations: savepoint, watch and release riding on a request's
-``_meta["shadowguard/tx/ops"]``, applied once before the request's own work, and the change sets a
-``tools/call`` reports for the savepoints they opened (docs/transaction-extension.md)."""
+``_meta["shadowguard/tx/ops"]``, applied once before the request's own work, and what a ``tools/call``
+reports: the change sets since the savepoints they opened, and the answers to the queries it asked
+for after the tool (docs/transaction-extension.md)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from mcp import MCPError
 
 from guard.backend import Backend
 from guard.txext import points
+from guard.txext.after import Query, run_after
 from guard.txext.protocol import (
     CHANGES,
     MAX_OPS,
@@ -41,6 +43,20 @@ class CarriedOps:
     started: bool = False
     opened: list[str] = field(default_factory=list)
     failure: MCPError | None = None
+    after: list[Query] = field(default_factory=list)
+    """The queries to answer after the tool (feature ``after``, :mod:`guard.txext.after`)."""
+    reported: dict[str, Any] | None = None
+    """The report, when the host computed it in the tool's own access
+    (:meth:`guard.txext.TransactionParticipant.calling`); None: the middleware computes it."""
+
+    def reports(self, key: str, tx: str) -> bool:
+        """This request's operations ran for ``(key, tx)`` and its answer carries a report."""
+        return (
+            self.started
+            and self.failure is None
+            and (self.key, self.tx) == (key, tx)
+            and bool(self.opened or self.after)
+        )
 
 
 CARRIED: contextvars.ContextVar[CarriedOps | None] = contextvars.ContextVar(
@@ -94,7 +110,8 @@ def run_ops(registry: Registry, carried: CarriedOps, backend: Backend) -> None:
 
 def report(registry: Registry, carried: CarriedOps, backend: Backend) -> dict[str, Any]:
     """What a tools/call answers in ``_meta["shadowguard/tx"]``: the changes since each savepoint
-    or watch its operations opened (or the error that reading them met, for the client to raise)."""
+    or watch its operations opened (or the error that reading them met, for the client to raise),
+    and the answers to the queries it asked for after the tool."""
     out: dict[str, Any] = {}
     for name in carried.opened:
         try:
@@ -106,4 +123,6 @@ def report(registry: Registry, carried: CarriedOps, backend: Backend) -> dict[st
             out[name] = {"error": {"code": exc.code, "message": exc.message}}
         else:
             out[name] = {"changes": changes.model_dump(mode="json")["changes"]}
-    return {"savepoints": out}
+    if not carried.after:
+        return {"savepoints": out}
+    return {"savepoints": out, "after": run_after(carried.after, backend)}

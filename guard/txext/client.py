@@ -19,19 +19,23 @@ import contextlib
 import functools
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, cast
 
 import anyio.from_thread
 import mcp.types as types
 from anyio.from_thread import BlockingPortal
 from mcp import ClientSession, MCPError
+from pydantic_core import to_jsonable_python
 
 from guard.backend import BackendError
 from guard.models import ChangeSet
 from guard.session import Executor
 from guard.txext import toolcalls
+from guard.txext.after import Query, key, read_answers, wire
 from guard.txext.protocol import (
+    AFTER,
+    AFTER_META_KEY,
     BEGIN,
     CHANGES,
     COMMIT,
@@ -166,6 +170,15 @@ class RemoteBackend:
         """Open watch -> the anchor open when it was opened."""
         self._last_watch: str | None = None
         """The watch the last tools/call carried (None: it carried none)."""
+        self.answering = False
+        """True between begin and the transaction's end when the participant answers queries
+        after a request (feature ``after``, docs/adr/015)."""
+        self._expected: list[tuple[str, Query]] = []
+        """Queries (key, query) to ask for on the next tools/call or changes request."""
+        self._asking: list[tuple[str, Query]] = []
+        self._answers: dict[str, list[dict[str, Any]] | MCPError] = {}
+        """Answers to queries asked ahead, by :func:`guard.txext.after.key`; only ever answers on the
+        transaction's current state (cleared by any request that may change it)."""
         self.lease_s: float | None = None
         """The open transaction's lease, as the participant's ``begin`` answered (None: none)."""
         self.last_sent = time.monotonic()
@@ -196,6 +209,12 @@ class RemoteBackend:
         ops = self._take_queue()
         if ops:
             meta[OPS_META_KEY] = ops
+        if method != QUERY:
+            self._answers = {}
+        if method == CHANGES:
+            after = self._take_expected()
+            if after:
+                meta[AFTER_META_KEY] = after
         params = TxParams.model_validate({"_meta": meta, **fields})
         send = functools.partial(
             self.session.send_request, TxRequest(method=method, params=params), result_type, self.timeout
@@ -203,9 +222,23 @@ class RemoteBackend:
         try:
             result = self._sync(send)
         except MCPError as exc:
+            self._asking = []
             raise toolcalls.failure(self, exc, method) from exc
         self._in_flight = []
+        self._take_answers(result.meta)
         return result
+
+    def _take_expected(self) -> list[dict[str, Any]]:
+        """The queries asked ahead, as the next tools/call or changes request carries them."""
+        asked, self._expected = self._expected, []
+        self._asking = asked
+        return wire([query for _, query in asked])
+
+    def _take_answers(self, meta: Mapping[str, Any] | None) -> None:
+        """Keep the answers ``meta`` gives to the queries the request asked for."""
+        asked, self._asking = self._asking, []
+        if asked:
+            self._answers = read_answers(meta, asked)
 
     def _forget_from(self, savepoint: str) -> None:
         """``savepoint`` and the piggybacked ones opened after it are closed (or never opened)."""
@@ -229,6 +262,8 @@ class RemoteBackend:
         self._queue, self._in_flight, self._open = [], [], []
         self._reported.clear()
         self._failed.clear()
+        self.answering = False
+        self._expected, self._asking, self._answers = [], [], {}
 
     # -- Backend
     def begin(self) -> None:
@@ -248,6 +283,7 @@ class RemoteBackend:
         self.tx = tx
         self.piggybacking = self.piggyback and PIGGYBACK in answer.features
         self.watching = self.piggybacking and WATCH in answer.features
+        self.answering = self.piggybacking and AFTER in answer.features
         self.lease_s = answer.lease_s
 
     def savepoint(self) -> str:
@@ -329,7 +365,31 @@ class RemoteBackend:
         return ChangeSet(changes=self._request(CHANGES, TxChangesResult, **fields).changes)
 
     def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        answer = self._answers.get(key(sql, params) or "")
+        if isinstance(answer, MCPError):
+            raise toolcalls.tx_error(QUERY, answer)
+        if answer is not None:
+            return [dict(row) for row in answer]
         return self._request(QUERY, TxQueryResult, sql=sql, params=dict(params or {})).rows
+
+    # -- queries asked ahead (guard.backend.AsksAhead)
+    def expect(self, queries: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+        """Ask for ``queries`` on the next tools/call or changes request (in place of any asked for
+        before): their answers on the state after it then need no ``query`` request. Nothing is
+        sent now; without the ``after`` feature nothing is asked. A query whose parameters have no
+        JSON form is not asked ahead."""
+        if not self.answering:
+            return
+        expected: list[tuple[str, Query]] = []
+        for sql, params in queries:
+            name = key(sql, params)
+            if name is not None:
+                expected.append((name, (sql, to_jsonable_python(dict(params)))))
+        self._expected = expected
+
+    def answered(self, sql: str, params: Mapping[str, Any] | None = None) -> bool:
+        """:meth:`query` needs no request (its answer, or its error, came with the last request)."""
+        return (key(sql, params) or "") in self._answers
 
     def commit(self) -> None:
         self._drop_anchor()

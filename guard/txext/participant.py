@@ -16,17 +16,18 @@ once). A server with one SQLAlchemy connection::
         name = tx.transaction_of(ctx)           # the _meta tx id, validated, or None
 
         def run(backend):
-            tx.check_call("main", name, backend)   # refuses a tx id that is not open here
-            return my_tool(backend.connection, params)
+            with tx.calling("main", name, backend):   # refuses a tx id that is not open here
+                return my_tool(backend.connection, params)
 
         return await access("main", run)
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from typing import Any, TypeVar
 
 import anyio
@@ -39,10 +40,14 @@ from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
 from guard.backend import Backend, Watchable
+from guard.models import ChangeSet
 from guard.txext import points
+from guard.txext.after import Query, parse_after, run_after
 from guard.txext.carried import CARRIED, CarriedOps, parse_ops, report, run_ops
 from guard.txext.leases import BackendAccess, reap, renew_after, run_in_lifespan
 from guard.txext.protocol import (
+    AFTER,
+    AFTER_META_KEY,
     BEGIN,
     CHANGES,
     COMMIT,
@@ -195,21 +200,40 @@ class TransactionParticipant:
             run_ops(self._registry, carried, backend)
         self._registry.current(key, tx, backend)
 
+    @contextlib.contextmanager
+    def calling(self, key: str, tx: str | None, backend: Backend) -> Iterator[None]:
+        """:meth:`check_call`, then the tool (the ``with`` block), then the call's report (its
+        change sets and the answers to its queries) taken right there, in the same worker thread
+        and lock hold, whether the tool returned or raised. A host whose tool runs in one access
+        uses it instead of :meth:`check_call` and saves the report its own access (one worker-thread
+        hop) per call."""
+        self.check_call(key, tx, backend)
+        try:
+            yield
+        finally:
+            carried = CARRIED.get()
+            if tx is not None and carried is not None and carried.reports(key, tx):
+                carried.reported = report(self._registry, carried, backend)
+
     async def _carry_ops(self, ctx: Ctx, call_next: CallNext) -> HandlerResult:
         """Server middleware: apply a tools/call's piggybacked operations before its tool (in
-        :meth:`check_call`, or here when the host never called it) and report the change sets."""
+        :meth:`check_call`, or here when the host never called it), then report the change sets
+        and answer the queries it asked for after the tool (in one access)."""
         meta: Mapping[str, Any] = ctx.meta or {}
-        if OPS_META_KEY not in meta or (ctx.method in METHODS and PIGGYBACK in self.features):
+        carries = OPS_META_KEY in meta or AFTER_META_KEY in meta
+        if not carries or (ctx.method in METHODS and PIGGYBACK in self.features):
             return await call_next(ctx)
-        if PIGGYBACK not in self.features:
+        if OPS_META_KEY in meta and PIGGYBACK not in self.features:
             raise error(types.INVALID_PARAMS, f"_meta[{OPS_META_KEY!r}]: this participant does not piggyback")
         if ctx.method != "tools/call":
             raise error(
                 types.INVALID_PARAMS,
-                f"_meta[{OPS_META_KEY!r}] rides only on tools/call and {EXTENSION} requests",
+                f"_meta[{OPS_META_KEY!r}] and _meta[{AFTER_META_KEY!r}] ride only on tools/call and "
+                f"{EXTENSION} requests",
             )
         key, tx = self._selectors(ctx, "tools/call")
-        carried = CarriedOps(key, tx, parse_ops(meta[OPS_META_KEY], watch=WATCH in self.features))
+        ops = parse_ops(meta[OPS_META_KEY], watch=WATCH in self.features) if OPS_META_KEY in meta else []
+        carried = CarriedOps(key, tx, ops, after=self._after_of(meta))
         apply = functools.partial(run_ops, self._registry, carried)
         token = CARRIED.set(carried)
         try:
@@ -226,14 +250,27 @@ class TransactionParticipant:
             raise carried.failure
         if not carried.started:
             await self.access(key, apply)
-        if not carried.opened:
+        if not carried.opened and not carried.after:
             return result
-        reported = await self.access(key, functools.partial(report, self._registry, carried))
+        reported = carried.reported
+        if reported is None:
+            reported = await self.access(key, functools.partial(report, self._registry, carried))
         if isinstance(result, BaseModel):
             result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
         wire = dict(result or {})
         wire["_meta"] = {**(wire.get("_meta") or {}), TX_META_KEY: reported}
         return wire
+
+    def _after_of(self, meta: Mapping[str, Any]) -> list[Query]:
+        """The queries a request asks to run after its work (none if it asks for none)."""
+        if AFTER_META_KEY not in meta:
+            return []
+        if AFTER not in self.features:
+            raise error(
+                types.INVALID_PARAMS,
+                f"_meta[{AFTER_META_KEY!r}]: this participant does not answer queries after a request",
+            )
+        return parse_after(meta[AFTER_META_KEY])
 
     # -- handlers
     @staticmethod
@@ -257,6 +294,10 @@ class TransactionParticipant:
     ) -> T:
         key, tx = self._selectors(ctx, method)
         meta: Mapping[str, Any] = ctx.meta or {}
+        if AFTER_META_KEY in meta and method != CHANGES:
+            raise error(
+                types.INVALID_PARAMS, f"_meta[{AFTER_META_KEY!r}] rides only on tools/call and {CHANGES}"
+            )
         ops = parse_ops(meta[OPS_META_KEY], watch=WATCH in self.features) if OPS_META_KEY in meta else None
         carried = None if ops is None else CarriedOps(key, tx, ops)
         registry = self._registry
@@ -321,8 +362,16 @@ class TransactionParticipant:
     async def _changes(self, ctx: Ctx, params: TxParams) -> dict[str, Any]:
         self._accept(CHANGES, params, ("since",))
         since = None if params.since is None else check_id(params.since, f"{CHANGES}: since")
-        changes = await self._within(ctx, CHANGES, lambda b, entry: points.changes_since(entry, since, b))
-        return changes.model_dump(mode="json")
+        after = self._after_of(ctx.meta or {})
+
+        def op(backend: Backend, entry: OpenTransaction) -> tuple[ChangeSet, list[dict[str, Any]]]:
+            return points.changes_since(entry, since, backend), run_after(after, backend)
+
+        changes, answers = await self._within(ctx, CHANGES, op)
+        result = changes.model_dump(mode="json")
+        if after:
+            result["_meta"] = {TX_META_KEY: {"after": answers}}
+        return result
 
     async def _query(self, ctx: Ctx, params: TxParams) -> dict[str, Any]:
         self._accept(QUERY, params, ("sql", "params"))

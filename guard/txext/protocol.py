@@ -44,8 +44,18 @@ WATCH = "watch"
 """The optional feature (docs/transaction-extension.md, "Watched reads", docs/adr/013): the piggybacked
 operation ``watch`` notes the capture log's position under a client name instead of opening a
 savepoint; the tools/call reports the changes since it like a savepoint's. Needs ``piggyback``."""
-FEATURES = (PIGGYBACK, WATCH)
+AFTER = "after"
+"""The optional feature (docs/transaction-extension.md, "Queries after a request", docs/adr/015): read-only
+SELECTs listed in ``_meta["shadowguard/tx/after"]`` of a ``tools/call`` or ``changes`` request run after
+its own work, in the same access to the backend, and are answered in the result's
+``_meta["shadowguard/tx"]["after"]``: the guard's after-call (and at-commit) check queries, whose
+parameters depend only on the call's arguments, without a ``query`` round trip each. Needs ``piggyback``."""
+FEATURES = (PIGGYBACK, WATCH, AFTER)
 OPS_META_KEY = "shadowguard/tx/ops"
+AFTER_META_KEY = "shadowguard/tx/after"
+"""``_meta`` key of the queries a request asks to run after its own work (feature ``after``)."""
+MAX_AFTER = 32
+"""The most queries one request asks for after its work."""
 OP_ERROR_KEY = "shadowguard/tx/op"
 """Key in a JSON-RPC error's ``data`` when a piggybacked operation failed: ``{"index", "method"}``."""
 OP_SAVEPOINT = "savepoint"

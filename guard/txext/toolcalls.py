@@ -15,6 +15,7 @@ from guard.backend import BackendError, NotReversibleError
 from guard.models import ChangeSet
 from guard.session import Executor, ToolResult
 from guard.txext.protocol import (
+    AFTER_META_KEY,
     CHANGES,
     NOT_REVERSIBLE,
     OP_ERROR_KEY,
@@ -142,6 +143,10 @@ def _tool_call_meta(remote: RemoteBackend, meta: Mapping[str, Any] | None) -> di
     ops = remote._take_queue()
     if ops:
         wire[OPS_META_KEY] = ops
+    remote._answers = {}
+    after = remote._take_expected()
+    if after:
+        wire[AFTER_META_KEY] = after
     watches = [op["savepoint"] for op in ops if op["op"] == OP_WATCH]
     remote._last_watch = watches[-1] if watches else None
     if remote._last_watch is None or len(watches) > 1:
@@ -153,6 +158,7 @@ def _tool_call_failed(remote: RemoteBackend, exc: MCPError) -> Exception:
     """What a ``tools/call`` that raised ``exc`` raises: a failed operation's TransactionError,
     else ``exc`` itself."""
     remote._reported.clear()
+    remote._asking = []
     remote._clean = False  # what the call did is unknown
     op = exc.data.get(OP_ERROR_KEY) if isinstance(exc.data, Mapping) else None
     if op is None:
@@ -181,6 +187,7 @@ def _tool_call_answered(remote: RemoteBackend, result: types.CallToolResult) -> 
     anchor stays clean only if the call's watch reported no change."""
     remote._in_flight = []
     remote._reported = read_report(result, remote._open)
+    remote._take_answers(result.meta)
     if remote._last_watch is not None:
         watched = remote._reported.get(remote._last_watch)
         if watched is None or watched.changes is None or watched.changes:

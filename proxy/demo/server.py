@@ -423,13 +423,13 @@ class AccountsServer:
         arguments = dict(params.arguments or {})
 
         def run(session: _Session) -> dict[str, Any]:
-            self.transactions.check_call(key, tx, session.backend)
-            conn = session.connection
-            # Inside the guard's transaction a call gets a savepoint, so a refused call leaves nothing
-            # behind; outside one it is its own transaction and commits at once.
-            scope = conn.begin_nested() if conn.in_transaction() else conn.begin()
-            with scope:
-                return handler(conn, arguments)
+            with self.transactions.calling(key, tx, session.backend):
+                conn = session.connection
+                # Inside the guard's transaction a call gets a savepoint, so a refused call leaves
+                # nothing behind; outside one it is its own transaction and commits at once.
+                scope = conn.begin_nested() if conn.in_transaction() else conn.begin()
+                with scope:
+                    return handler(conn, arguments)
 
         try:
             result = await self._run(key, run)

@@ -74,7 +74,17 @@ def test_txext_states_every_public_name_it_holds() -> None:
     public name the package holds (its submodules aside)."""
     import guard.txext as txext
 
-    submodules = {"client", "carried", "leases", "participant", "points", "protocol", "registry", "toolcalls"}
+    submodules = {
+        "after",
+        "client",
+        "carried",
+        "leases",
+        "participant",
+        "points",
+        "protocol",
+        "registry",
+        "toolcalls",
+    }
     held = {name for name in vars(txext) if not name.startswith("_")} - submodules
     assert sorted(txext.__all__) == sorted(held)
     for name in txext.__all__:

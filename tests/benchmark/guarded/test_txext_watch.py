@@ -6,8 +6,8 @@ its SQL counted at the connection."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Callable, Collection
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -40,6 +40,7 @@ from tests.benchmark.guarded.test_txext import _call_with_meta, blocking, raw_tx
 from tests.support.guardcore import keyed_table, text_column
 
 pytestmark = pytest.mark.anyio
+T = TypeVar("T")
 
 metadata = sa.MetaData()
 items = keyed_table(
@@ -73,13 +74,23 @@ class Statements:
         return seen
 
 
-def server_of(features: Collection[str]) -> tuple[Server[Any], sa.Connection]:
+def server_of(
+    features: Collection[str], *, calling: bool = False, accesses: list[str] | None = None
+) -> tuple[Server[Any], sa.Connection]:
+    """The items server; ``calling``: its tool runs inside ``TransactionParticipant.calling`` (else
+    after ``check_call``); ``accesses`` notes each access to the backend."""
     engine = sa.create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
     connection = engine.connect()
     metadata.create_all(connection)
     connection.execute(items.insert().values(id=1, name="one"))
     connection.commit()
-    access = serialized(SqlBackend(connection, [items]))
+    serial = serialized(SqlBackend(connection, [items]))
+
+    async def access(key: str, work: Callable[[Backend], T], /) -> T:
+        if accesses is not None:
+            accesses.append(key)
+        return await serial(key, work)
+
     tx = TransactionParticipant(session_key=lambda ctx: "main", access=access, features=features)
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
@@ -89,7 +100,13 @@ def server_of(features: Collection[str]) -> tuple[Server[Any], sa.Connection]:
         name, args = tx.transaction_of(ctx), params.arguments or {}
 
         def run(backend: Backend) -> str:
+            if calling:
+                with tx.calling("main", name, backend):
+                    return tool(backend)
             tx.check_call("main", name, backend)
+            return tool(backend)
+
+        def tool(backend: Backend) -> str:
             if params.name == "add_item":
                 connection.execute(items.insert().values(id=args["id"], name=args["name"]))
             elif params.name == "view_item":
