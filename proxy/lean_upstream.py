@@ -240,23 +240,9 @@ class LeanUpstream:
         request = self.http.build_request("POST", self._url, content=content, headers=headers)
         response = await self.http.send(request, stream=True)
         try:
-            kind = response.headers.get("content-type", "").lower()
-            if response.status_code == 202:
-                raise MCPError(
-                    code=types.INVALID_REQUEST, message="server answered a request with 202 Accepted"
-                )
-            if response.status_code >= 400:
-                if kind.startswith("application/json"):
-                    _raise_error(_decode(await response.aread()))
-                if response.status_code == 404:
-                    raise MCPError(code=types.METHOD_NOT_FOUND, message="Not Found")
-                raise MCPError(code=types.INTERNAL_ERROR, message="Server returned an error response")
-            if kind.startswith("application/json"):
-                message = _decode(await response.aread())
-            elif kind.startswith("text/event-stream"):
-                message = await _answer_in_stream(response.aiter_lines(), request_id)
-            else:
-                raise MCPError(code=types.INVALID_REQUEST, message=f"Unexpected content type: {kind}")
+            message = await _message_of(
+                response.status_code, response.headers, response.aread, response.aiter_lines, request_id
+            )
         finally:
             await response.aclose()
         return _result_of(message)
@@ -267,23 +253,9 @@ class LeanUpstream:
         """:meth:`_post` on :attr:`plain`: the same statuses, content types and errors."""
         response = await plain.post(content, headers)
         try:
-            kind = response.headers.get("content-type", "").lower()
-            if response.status_code == 202:
-                raise MCPError(
-                    code=types.INVALID_REQUEST, message="server answered a request with 202 Accepted"
-                )
-            if response.status_code >= 400:
-                if kind.startswith("application/json"):
-                    _raise_error(_decode(await response.read()))
-                if response.status_code == 404:
-                    raise MCPError(code=types.METHOD_NOT_FOUND, message="Not Found")
-                raise MCPError(code=types.INTERNAL_ERROR, message="Server returned an error response")
-            if kind.startswith("application/json"):
-                message = _decode(await response.read())
-            elif kind.startswith("text/event-stream"):
-                message = await _answer_in_stream(response.iter_lines(), request_id)
-            else:
-                raise MCPError(code=types.INVALID_REQUEST, message=f"Unexpected content type: {kind}")
+            message = await _message_of(
+                response.status_code, response.headers, response.read, response.iter_lines, request_id
+            )
         finally:
             await response.close()
         return _result_of(message)
@@ -366,6 +338,32 @@ def _result_of(message: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(result, dict):
         raise MCPError(code=types.PARSE_ERROR, message="Failed to parse JSON response: no result")
     return result
+
+
+async def _message_of(
+    status: int,
+    headers: Mapping[str, str],
+    read: Callable[[], Awaitable[bytes]],
+    lines: Callable[[], AsyncIterator[str]],
+    request_id: int,
+) -> dict[str, Any]:
+    """The JSON-RPC message an answer with ``status`` and ``headers`` carries, its body read with
+    ``read`` (JSON) or ``lines`` (an event stream), as the SDK client reads it; MCPError for a 202,
+    an error status or an unexpected content type."""
+    kind = headers.get("content-type", "").lower()
+    if status == 202:
+        raise MCPError(code=types.INVALID_REQUEST, message="server answered a request with 202 Accepted")
+    if status >= 400:
+        if kind.startswith("application/json"):
+            _raise_error(_decode(await read()))
+        if status == 404:
+            raise MCPError(code=types.METHOD_NOT_FOUND, message="Not Found")
+        raise MCPError(code=types.INTERNAL_ERROR, message="Server returned an error response")
+    if kind.startswith("application/json"):
+        return _decode(await read())
+    if kind.startswith("text/event-stream"):
+        return await _answer_in_stream(lines(), request_id)
+    raise MCPError(code=types.INVALID_REQUEST, message=f"Unexpected content type: {kind}")
 
 
 async def _answer_in_stream(lines: AsyncIterator[str], request_id: int) -> dict[str, Any]:
