@@ -72,13 +72,21 @@ def wire(queries: Sequence[Query]) -> list[dict[str, Any]]:
     return [{"sql": sql, "params": params} for sql, params in queries]
 
 
-def key(sql: str, params: Mapping[str, Any] | None) -> str | None:
-    """What identifies a query's answer on the client: its text and its parameters as JSON (None:
-    a parameter has no JSON form, so the query is not asked ahead)."""
+def asked(sql: str, params: Mapping[str, Any] | None) -> tuple[str, Query] | None:
+    """A query as the client asks for it: the key that identifies its answer (its text and its
+    parameters as JSON) and the query with its parameters as JSON (None: a parameter has no JSON
+    form, so the query is not asked ahead)."""
     try:
-        return repr((sql, sorted(to_jsonable_python(dict(params or {})).items())))
+        jsonable: dict[str, Any] = to_jsonable_python(dict(params or {}))
     except (ValueError, TypeError):  # PydanticSerializationError is a ValueError
         return None
+    return repr((sql, sorted(jsonable.items()))), (sql, jsonable)
+
+
+def key(sql: str, params: Mapping[str, Any] | None) -> str | None:
+    """The key of :func:`asked` alone (None: the query cannot be asked ahead)."""
+    prepared = asked(sql, params)
+    return prepared[0] if prepared is not None else None
 
 
 def read_answers(

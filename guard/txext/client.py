@@ -26,13 +26,12 @@ import anyio.from_thread
 import mcp.types as types
 from anyio.from_thread import BlockingPortal
 from mcp import ClientSession, MCPError
-from pydantic_core import to_jsonable_python
 
 from guard.backend import BackendError
 from guard.models import ChangeSet
 from guard.session import Executor
 from guard.txext import toolcalls
-from guard.txext.after import Query, key, read_answers, wire
+from guard.txext.after import Query, asked, key, read_answers, wire
 from guard.txext.protocol import (
     AFTER,
     AFTER_META_KEY,
@@ -380,12 +379,7 @@ class RemoteBackend:
         JSON form is not asked ahead."""
         if not self.answering:
             return
-        expected: list[tuple[str, Query]] = []
-        for sql, params in queries:
-            name = key(sql, params)
-            if name is not None:
-                expected.append((name, (sql, to_jsonable_python(dict(params)))))
-        self._expected = expected
+        self._expected = [q for q in (asked(sql, params) for sql, params in queries) if q is not None]
 
     def answered(self, sql: str, params: Mapping[str, Any] | None = None) -> bool:
         """:meth:`query` needs no request (its answer, or its error, came with the last request)."""
