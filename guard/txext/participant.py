@@ -125,8 +125,11 @@ class TransactionParticipant:
         unknown = sorted(set(features) - set(FEATURES))
         if unknown:
             raise ValueError(f"unknown feature(s) {unknown}; known: {', '.join(FEATURES)}")
-        if WATCH in features and PIGGYBACK not in features:
-            raise ValueError(f"feature {WATCH!r} rides on piggybacked operations: it needs {PIGGYBACK!r}")
+        for needs_piggyback in (WATCH, AFTER):
+            if needs_piggyback in features and PIGGYBACK not in features:
+                raise ValueError(
+                    f"feature {needs_piggyback!r} rides on piggybacked operations: it needs {PIGGYBACK!r}"
+                )
         self.session_key = session_key
         self.access = access
         self.features = tuple(f for f in FEATURES if f in features)

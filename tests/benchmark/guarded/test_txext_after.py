@@ -15,10 +15,11 @@ import mcp.types as types
 import pytest
 from mcp import Client, MCPError
 
+from guard.backend import Backend
 from guard.checks import RuleText, SqlCheck
 from guard.inline import inline_ok, run_inline
 from guard.models import Verdict
-from guard.session import GuardSession, ToolResult
+from guard.session import GuardSession
 from guard.txext import (
     AFTER,
     AFTER_META_KEY,
@@ -31,11 +32,12 @@ from guard.txext import (
     WATCH,
     RemoteBackend,
     TransactionError,
+    TransactionParticipant,
     TxParams,
     TxRequest,
 )
 from tests.benchmark.guarded.test_txext import _call_with_meta, raw_tx, tool_info_map
-from tests.benchmark.guarded.test_txext_watch import rows, server_of
+from tests.benchmark.guarded.test_txext_watch import inline_sender, rows, server_of
 
 pytestmark = pytest.mark.anyio
 
@@ -209,14 +211,7 @@ async def test_writes_with_answered_checks_are_guarded_on_the_event_loop(feature
                 offloaded.append(repr(work))  # a partial names its function
                 return await anyio.to_thread.run_sync(work)
 
-            async def send(tool: str, arguments: Any) -> ToolResult:
-                async def call(meta: dict[str, Any]) -> types.CallToolResult:
-                    return await _call_with_meta(client, tool, dict(arguments), meta)
-
-                result = await remote.send_tool_call_async(call)
-                text = "\n".join(p.text for p in result.content if isinstance(p, types.TextContent))
-                return ToolResult(text=text, is_error=bool(result.is_error))
-
+            send = inline_sender(client, remote)
             kept, _ = await run_inline(session, "add_item", {"id": 2, "name": "two"}, send, offload)
             assert kept.verdict is Verdict.ALLOWED and len(kept.changes) == 1 and offloaded == []
             broken, _ = await run_inline(session, "add_item", {"id": 3, "name": ""}, send, offload)
@@ -272,3 +267,14 @@ async def test_a_host_inside_calling_reports_in_the_tools_own_access(calling: bo
     assert failed == ("error", types.INTERNAL_ERROR)
     assert after_failure == (1, {"changes": []}, [])
     connection.close()
+
+
+async def test_after_needs_piggyback() -> None:
+    """Queries after a request ride with piggybacked operations: a participant cannot serve
+    ``after`` without ``piggyback`` (as for ``watch``)."""
+
+    async def access(key: str, work: Callable[[Backend], T], /) -> T:
+        raise AssertionError("a participant that cannot be built is never asked to run anything")
+
+    with pytest.raises(ValueError, match="'after' rides on piggybacked operations"):
+        TransactionParticipant(session_key=lambda ctx: "main", access=access, features=(AFTER,))

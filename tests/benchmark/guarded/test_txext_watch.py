@@ -6,7 +6,7 @@ its SQL counted at the connection."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 import anyio
@@ -19,7 +19,7 @@ from mcp.server import Server
 from sqlalchemy.pool import StaticPool
 
 from guard.backend import Backend
-from guard.inline import inline_ok, run_inline
+from guard.inline import AsyncExecutor, inline_ok, run_inline
 from guard.models import Verdict
 from guard.session import GuardSession, ToolResult
 from guard.sql_backend import SqlBackend
@@ -36,6 +36,7 @@ from guard.txext import (
     TransactionParticipant,
     serialized,
 )
+from guard.txext.toolcalls import text_of
 from tests.benchmark.guarded.test_txext import _call_with_meta, blocking, raw_tx, tool_info_map
 from tests.support.guardcore import keyed_table, text_column
 
@@ -121,6 +122,19 @@ def server_of(
     server: Server[Any] = Server("items", on_list_tools=list_tools, on_call_tool=call_tool)
     tx.install(server)
     return server, connection
+
+
+def inline_sender(client: Client, remote: RemoteBackend) -> AsyncExecutor:
+    """guard.inline's executor: each call a tools/call on ``client`` in ``remote``'s transaction."""
+
+    async def send(tool: str, arguments: Mapping[str, Any]) -> ToolResult:
+        async def call(meta: dict[str, Any]) -> types.CallToolResult:
+            return await _call_with_meta(client, tool, dict(arguments), meta)
+
+        result = await remote.send_tool_call_async(call)
+        return ToolResult(text=text_of(result), is_error=bool(result.is_error))
+
+    return send
 
 
 def rows(connection: sa.Connection) -> list[tuple[int, str, int]]:
@@ -284,14 +298,7 @@ async def test_run_inline_over_a_participant_undoes_a_read_that_wrote(features: 
         remote = RemoteBackend(client.session)
         session = await anyio.to_thread.run_sync(lambda: GuardSession(remote, remote.executor(), tools))
 
-        async def send(tool: str, arguments: Any) -> ToolResult:
-            async def call(meta: dict[str, Any]) -> types.CallToolResult:
-                return await _call_with_meta(client, tool, dict(arguments), meta)
-
-            result = await remote.send_tool_call_async(call)
-            text = "\n".join(p.text for p in result.content if isinstance(p, types.TextContent))
-            return ToolResult(text=text, is_error=bool(result.is_error))
-
+        send = inline_sender(client, remote)
         written = await anyio.to_thread.run_sync(lambda: session.call("add_item", {"id": 2, "name": "two"}))
         assert written.verdict is Verdict.ALLOWED
         verdicts = []
