@@ -174,6 +174,14 @@ def proxy(
             "round trip per savepoint, change set and release: the cost piggybacking saves).",
         ),
     ] = False,
+    floor: Annotated[
+        bool,
+        typer.Option(
+            "--floor",
+            help="Also measure reads through a bare HTTP relay built of shadowguard's transport parts "
+            "with no MCP or guard work (benchmark/fixtures/bare_relay.py): what the hop itself costs.",
+        ),
+    ] = False,
     kind: Annotated[
         list[str] | None,
         typer.Option("--kind", help="read and/or write (repeatable; default both)."),
@@ -199,6 +207,7 @@ def proxy(
         peers_dir=peers_dir,
         require_peers=require_peers,
         round_trips=round_trips,
+        floor=floor,
         kinds=kind,
         per_commit=per_commit,
         fmt=fmt,
@@ -310,6 +319,7 @@ def _perf_proxy(
     peers_dir: Path | None,
     require_peers: bool,
     round_trips: bool = False,
+    floor: bool = False,
     kinds: list[str] | None = None,
     per_commit: int | None = None,
     fmt: Format = Format.table,
@@ -329,6 +339,7 @@ def _perf_proxy(
                 peers=perf_peers.PEERS if peers else (),
                 peers_dir=peers_dir,
                 round_trips=round_trips,
+                floor=floor,
                 kinds=kinds or bench_perf.PROXY_KINDS,
                 on_progress=lambda what: progress.update(bar, description=what),
                 per_commit=per_commit,
@@ -360,6 +371,7 @@ def _proxy_table(console: Console, result: ProxyPerf, counts: list[int], calls: 
             "direct": "direct",
             "shadowguard": "shadowguard",
             bench_perf.SHADOWGUARD_RT: "shadowguard, no piggyback",
+            bench_perf.BARE_RELAY: "bare relay (floor)",
         }.get(row.path)
         if name is None:
             name = f"{row.path} {versions.get(row.path) or ''}".strip()
@@ -383,6 +395,7 @@ def _proxy_table(console: Console, result: ProxyPerf, counts: list[int], calls: 
         "× calls/s",
         "+median ms",
         "proxy CPU ms/call",
+        "upstream CPU ms/call",
     ):
         table.add_column(col, justify="right")
     for r in result.rows:
@@ -400,6 +413,7 @@ def _proxy_table(console: Console, result: ProxyPerf, counts: list[int], calls: 
             ratio(r.throughput_ratio),
             f"{r.overhead_ms:+.2f}" if r.overhead_ms is not None else "-",
             f"{r.proxy_cpu_ms_per_call:.2f}" if r.proxy_cpu_ms_per_call is not None else "-",
+            f"{r.upstream_cpu_ms_per_call:.2f}" if r.upstream_cpu_ms_per_call is not None else "-",
         )
     Console(width=max(console.width, 150)).print(table)
     console.print(
@@ -410,7 +424,8 @@ def _proxy_table(console: Console, result: ProxyPerf, counts: list[int], calls: 
         "(10 at one client, 1 with several; untimed, but counted in calls/s). failed: tool or JSON-RPC "
         "errors (the fixture's SQLite file takes one writer at a time), left out of the latencies. "
         "+median ms: median minus direct's. proxy CPU: the proxy process's user + system CPU time "
-        "over the configuration per call made.",
+        "over the configuration per call made; upstream CPU: the notes fixture's, likewise. bare relay "
+        "(--floor): an HTTP hop built of shadowguard's transport parts with no MCP or guard work.",
         highlight=False,
     )
     if not peers:

@@ -22,7 +22,13 @@ import yaml
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
-from benchmark.fixtures import NOTES_ANNOUNCE, NOTES_POLICY, NOTES_SERVER
+from benchmark.fixtures import (
+    BARE_RELAY_ANNOUNCE,
+    BARE_RELAY_SERVER,
+    NOTES_ANNOUNCE,
+    NOTES_POLICY,
+    NOTES_SERVER,
+)
 from benchmark.mcphttp import mcp_http_client
 from benchmark.perf_peers import (
     _RUNNER_PRELUDE,
@@ -47,6 +53,8 @@ RUN_TIMEOUT_S = 1800.0
 CALL_TIMEOUT_S = 60.0
 SHADOWGUARD = "shadowguard"
 SHADOWGUARD_RT = "shadowguard-no-piggyback"
+BARE_RELAY = "bare-relay"
+"""The floor path (``--floor``): benchmark/fixtures/bare_relay.py, an HTTP hop with no MCP or guard work."""
 JSON_FIELDS = (
     "path", "kind", "clients", "median_ms", "p99_ms", "calls_per_s", "proxy_cpu_ms_per_call", "ok", "failed"
 )  # fmt: skip
@@ -86,6 +94,10 @@ class ProxyPerfRow:
     proxy_cpu_ms_per_call: float | None = None
     """CPU time (user + system) of the proxy's process over the configuration, per call made (ok or
     failed; through shadowguard a write's untimed commit is included); ``None`` on the direct rows."""
+    upstream_cpu_ms_per_call: float | None = None
+    """CPU time (user + system) of the upstream's process (the notes fixture) over the configuration,
+    per call made: what a path costs the upstream (through shadowguard, the transaction extension's
+    work is in it)."""
 
     def as_json(self) -> dict[str, Any]:
         """The row as ``bench perf proxy -f json`` prints it."""
@@ -101,6 +113,7 @@ class ProxyPerfRow:
             "failed": self.failed,
             "mode": self.mode,
             "writes_per_commit": self.writes_per_commit,
+            "upstream_cpu_ms_per_call": self.upstream_cpu_ms_per_call,
         }
         for name in ("median_ratio", "p99_ratio", "throughput_ratio", "overhead_ms"):
             out[name] = getattr(self, name)
@@ -163,6 +176,8 @@ class _Target:
     """Through shadowguard: writes are committed after each call, reads rolled back at the end."""
     pid: int | None = None
     """The proxy's process (its CPU time is measured); ``None`` for direct."""
+    upstream_pid: int | None = None
+    """The upstream's process (its CPU time is measured too)."""
 
 
 def writes_per_commit(requested: int | None, clients: int) -> int:
@@ -236,12 +251,14 @@ async def _measure_one(
         per_client[i] = await _client_run(target, kind, i, calls, run, batch)
 
     cpu0 = process_cpu_s(target.pid) if target.pid is not None else 0.0
+    upstream0 = process_cpu_s(target.upstream_pid) if target.upstream_pid is not None else 0.0
     t0 = time.perf_counter()
     async with anyio.create_task_group() as tg:
         for i in range(clients):
             tg.start_soon(one, i)
     wall = time.perf_counter() - t0
     cpu = process_cpu_s(target.pid) - cpu0 if target.pid is not None else None
+    upstream = process_cpu_s(target.upstream_pid) - upstream0 if target.upstream_pid is not None else None
     times = [t for ts, _ in per_client.values() for t in ts]
     failed = sum(f for _, f in per_client.values())
     made = len(times) + failed
@@ -257,6 +274,7 @@ async def _measure_one(
         mode=target.mode,
         writes_per_commit=batch if guarded_write else None,
         proxy_cpu_ms_per_call=cpu * 1000 / made if cpu is not None and made else None,
+        upstream_cpu_ms_per_call=upstream * 1000 / made if upstream is not None and made else None,
     )
 
 
@@ -298,6 +316,7 @@ def measure_proxy(
     peers: Sequence[Peer] = (),
     peers_dir: Path | None = None,
     round_trips: bool = False,
+    floor: bool = False,
     kinds: Sequence[str] = PROXY_KINDS,
     on_progress: Callable[[str], None] | None = None,
     per_commit: int | None = None,
@@ -309,7 +328,9 @@ def measure_proxy(
     ``round_trips``, also through a second ``shadowguard serve`` in front of a second notes server
     on the same database that serves the transaction extension without piggybacking (path
     ``shadowguard-no-piggyback``: one round trip per savepoint, change set and release, as before version 1's
-    piggyback feature).
+    piggyback feature). With ``floor``, reads also go through benchmark/fixtures/bare_relay.py (path
+    ``bare-relay``): the same HTTP hop built of shadowguard's transport parts, with no MCP or guard
+    work, so that what the hop costs and what the guard costs above it are told apart.
 
     Reads are ``get_note`` (a passthrough read); writes are ``put_note`` (a guarded write), measured
     direct and through shadowguard only (the peers do not guard writes); a guarded session commits
@@ -359,15 +380,42 @@ def measure_proxy(
             proxy = shadowguard_serve(work, "shadowguard", upstream_url)
             servers.append(proxy)
             targets = [
-                _Target("direct", upstream_url),
-                _Target(SHADOWGUARD, proxy.wait_url(), guarded=True, pid=proxy.pid),
+                _Target("direct", upstream_url, upstream_pid=upstream.pid),
+                _Target(
+                    SHADOWGUARD, proxy.wait_url(), guarded=True, pid=proxy.pid, upstream_pid=upstream.pid
+                ),
             ]
+            if floor:
+                relay = ServerProcess(
+                    [sys.executable, str(BARE_RELAY_SERVER), upstream_url],
+                    work / "bare-relay.log",
+                    BARE_RELAY_ANNOUNCE,
+                    name=BARE_RELAY,
+                )
+                servers.append(relay)
+                targets.append(
+                    _Target(
+                        BARE_RELAY,
+                        relay.wait_url(),
+                        kinds=("read",),
+                        pid=relay.pid,
+                        upstream_pid=upstream.pid,
+                    )
+                )
             if round_trips:
                 upstream_rt = notes(work, "notes-no-piggyback", "--no-piggyback")
                 servers.append(upstream_rt)
                 proxy_rt = shadowguard_serve(work, "shadowguard-no-piggyback", upstream_rt.wait_url())
                 servers.append(proxy_rt)
-                targets.append(_Target(SHADOWGUARD_RT, proxy_rt.wait_url(), guarded=True, pid=proxy_rt.pid))
+                targets.append(
+                    _Target(
+                        SHADOWGUARD_RT,
+                        proxy_rt.wait_url(),
+                        guarded=True,
+                        pid=proxy_rt.pid,
+                        upstream_pid=upstream_rt.pid,
+                    )
+                )
             peer_targets: dict[str, tuple[_Target, PeerStatus, ServerProcess]] = {}
             for peer, status in zip(peers, statuses, strict=True):
                 if status.not_measured is not None:
@@ -390,10 +438,20 @@ def measure_proxy(
                 except ProxyBenchError as exc:
                     status.not_measured = str(exc).splitlines()[0] + _last_line(server.tail())
                     continue
-                target = _Target(peer.name, url, peer.mode, peer.headers, kinds=("read",), pid=server.pid)
+                target = _Target(
+                    peer.name,
+                    url,
+                    peer.mode,
+                    peer.headers,
+                    kinds=("read",),
+                    pid=server.pid,
+                    upstream_pid=upstream.pid,
+                )
                 peer_targets[peer.name] = (target, status, server)
             if any(t.mode == LEGACY for t, _, _ in peer_targets.values()):
-                targets.append(_Target("direct", upstream_url, LEGACY, kinds=("read",)))
+                targets.append(
+                    _Target("direct", upstream_url, LEGACY, kinds=("read",), upstream_pid=upstream.pid)
+                )
 
             async def measure(target: _Target, kind: str, n: int, run: str) -> None:
                 entry = peer_targets.get(target.path)
@@ -436,7 +494,9 @@ def measure_proxy(
             for server in reversed(servers):
                 server.stop()
     measured = {s.name for s in statuses if s.not_measured is None}
-    rows = [r for r in rows if r.path in ("direct", SHADOWGUARD, SHADOWGUARD_RT) or r.path in measured]
+    rows = [
+        r for r in rows if r.path in ("direct", SHADOWGUARD, SHADOWGUARD_RT, BARE_RELAY) or r.path in measured
+    ]
     _ratios(rows)
     return ProxyPerf(calls_per_client=calls, rows=rows, peers=statuses)
 

@@ -11,12 +11,18 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
+import anyio
+import httpx
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from typer.testing import CliRunner
 
 from benchmark import perf_peers, perf_proxy
-from benchmark.fixtures import NOTES_SERVER
+from benchmark.fixtures import BARE_RELAY_ANNOUNCE, BARE_RELAY_SERVER, NOTES_ANNOUNCE, NOTES_SERVER
+from benchmark.procs import ServerProcess
 from proxy.cli import _mount_benchmark, app
 
 FAKE_NOTES = f"""\
@@ -176,3 +182,48 @@ def test_cli_proxy_reports_the_writes_per_commit_of_guarded_writes() -> None:
     rows = {r["path"]: r for r in json.loads(result.stdout)["rows"]}
     assert rows["shadowguard"]["writes_per_commit"] == 2 and rows["direct"]["writes_per_commit"] is None
     assert rows["shadowguard"]["ok"] == 3
+
+
+def test_cli_proxy_floor_measures_reads_through_the_bare_relay_and_every_path_costs_the_upstream() -> None:
+    _mount_benchmark()
+    args = ["bench", "perf", "proxy", "--no-peers", "--floor", "--clients", "1", "--calls", "3"]
+    result = CliRunner().invoke(app, [*args, "-f", "json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["rows"]
+    assert [(r["path"], r["kind"]) for r in rows] == [
+        ("direct", "read"),
+        ("shadowguard", "read"),
+        (perf_proxy.BARE_RELAY, "read"),
+        ("direct", "write"),
+        ("shadowguard", "write"),
+    ]
+    floor = rows[2]
+    assert floor["ok"] == 3 and floor["failed"] == 0 and isinstance(floor["proxy_cpu_ms_per_call"], float)
+    assert all(isinstance(r["upstream_cpu_ms_per_call"], float) for r in rows)
+    result = CliRunner().invoke(app, [*args, "--kind", "read"])
+    assert result.exit_code == 0, result.output
+    assert "bare relay (floor) +" in result.output or "bare relay (floor) -" in result.output
+
+
+def test_the_bare_relay_answers_as_the_upstream_and_refuses_other_methods(tmp_path: Path) -> None:
+    notes = ServerProcess(
+        [sys.executable, str(NOTES_SERVER), "--db", str(tmp_path / "n.sqlite"), "--port", "0"],
+        tmp_path / "notes.log",
+        NOTES_ANNOUNCE,
+    )
+    with notes:
+        upstream = notes.wait_url()
+        relay = ServerProcess(
+            [sys.executable, str(BARE_RELAY_SERVER), upstream], tmp_path / "relay.log", BARE_RELAY_ANNOUNCE
+        )
+        with relay:
+            url = relay.wait_url()
+
+            async def read(target: str) -> tuple[bool, Any]:
+                async with Client(streamable_http_client(target), cache=None) as client:
+                    result = await client.call_tool("get_note", {"id": "n1"})
+                return result.is_error, result.structured_content
+
+            relayed = anyio.run(read, url)
+            assert relayed == anyio.run(read, upstream) and relayed[0] is False
+            assert httpx.get(url).status_code == 405
