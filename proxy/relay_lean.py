@@ -21,9 +21,11 @@ the SDK's own. ``proxy.lean_relay: false`` turns the lean relay off.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -185,35 +187,9 @@ class LeanRelay:
 
         meta: dict[str, Any] = dict(params.meta) if params.meta is not None else {}
         request = AgentRequest(meta=meta, modern=True, scope=scope, client_capabilities=capabilities)
-        answer: list[dict[str, Any]] = []
-        done = anyio.Event()
-
-        async def run() -> None:
-            answer.append(await self._envelope(request_id, verdict.protocol_version, request, params))
-            done.set()
-
-        async def watch(cancel: anyio.CancelScope) -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass  # pragma: no cover
-            cancel.cancel()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run)
-            tg.start_soon(watch, tg.cancel_scope)
-            with anyio.move_on_after(SSE_COMMIT_S):
-                await done.wait()
-            if done.is_set():
-                await _write_json(answer[0], send)
-            else:
-                await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
-                while not done.is_set():
-                    await send({"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True})
-                    with anyio.move_on_after(SSE_COMMIT_S):
-                        await done.wait()
-                data = json.dumps(answer[0], separators=(",", ":"))
-                event = f"event: message\r\ndata: {data}\r\n\r\n".encode()
-                await send({"type": "http.response.body", "body": event, "more_body": False})
-            tg.cancel_scope.cancel()
+        await answer_call(
+            receive, send, lambda: self._envelope(request_id, verdict.protocol_version, request, params)
+        )
 
     async def _envelope(
         self, request_id: Any, version: str, request: Any, params: types.CallToolRequestParams
@@ -236,6 +212,69 @@ class LeanRelay:
         elif isinstance(meta, dict) and meta.get(SERVER_INFO_META_KEY) is None:
             dumped["_meta"] = {**meta, SERVER_INFO_META_KEY: self.proxy.server.server_info_stamp}
         return {"jsonrpc": "2.0", "id": request_id, "result": dumped}
+
+
+async def answer_call(
+    receive: Receive, send: Send, envelope: Callable[[], Awaitable[dict[str, Any]]]
+) -> None:
+    """Awaits ``envelope()`` (the JSON-RPC answer) in this task and writes it as JSON; a client that
+    disconnects first cancels it, and after :data:`SSE_COMMIT_S` without it the response commits to
+    SSE, with a ping every :data:`SSE_COMMIT_S`, and the answer is its one event.
+
+    The watch over the client (and the pings) is a plain asyncio task, not an anyio task group with
+    the call in a second task: on issue 18's profile that structure cost about 90 µs a call, against
+    about 10 µs for this one. The watch cancels the call through an anyio cancel scope, so shielded
+    scopes within the call (a sessionless read's rollback) hold; it runs no anyio code itself, so
+    cancelling it natively is safe."""
+    reply = _Reply(send)
+    call = anyio.CancelScope()
+    watch = asyncio.get_running_loop().create_task(_watch(receive, call, reply))
+    answer: dict[str, Any] | None = None
+    try:
+        with call:
+            answer = await envelope()
+    except BaseException:
+        watch.cancel()
+        raise
+    if answer is None:
+        return  # the client went away (the watch cancelled the call, then ended)
+    if not reply.sse:
+        watch.cancel()  # it wrote nothing, and a cancelled task never resumes to write
+        await _write_json(answer, send)
+        return
+    async with reply.lock:  # a ping being written is written whole first
+        watch.cancel()
+        data = json.dumps(answer, separators=(",", ":"))
+        event = f"event: message\r\ndata: {data}\r\n\r\n".encode()
+        await send({"type": "http.response.body", "body": event, "more_body": False})
+
+
+@dataclass
+class _Reply:
+    """What the watch has written: nothing, or the SSE headers (``sse``) and pings, each under ``lock``."""
+
+    send: Send
+    sse: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+async def _watch(receive: Receive, call: anyio.CancelScope, reply: _Reply) -> None:
+    """Cancels ``call`` when the client disconnects; each :data:`SSE_COMMIT_S` without that, commits
+    the response to SSE (the first time) and pings."""
+    while True:
+        try:
+            async with asyncio.timeout(SSE_COMMIT_S):
+                while (await receive())["type"] != "http.disconnect":
+                    pass  # pragma: no cover
+        except TimeoutError:
+            async with reply.lock:
+                if not reply.sse:
+                    reply.sse = True
+                    await reply.send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+                await reply.send({"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True})
+            continue
+        call.cancel()
+        return
 
 
 async def _read_body(receive: Receive) -> tuple[bytes, bool]:
@@ -274,4 +313,4 @@ async def _write_json(envelope: dict[str, Any], send: Send) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-__all__ = ["SSE_COMMIT_S", "LeanRelay"]
+__all__ = ["SSE_COMMIT_S", "LeanRelay", "answer_call"]
