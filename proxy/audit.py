@@ -83,8 +83,16 @@ class AuditLog:
             # escape (\\udXXX inside a JSON string), so every line stays valid JSON and valid UTF-8.
             self._file = path.open("a", encoding="utf-8", errors="backslashreplace")
 
+    @property
+    def writes(self) -> bool:
+        """A record is written somewhere: to :attr:`path`, or to the ``shadowguard.audit`` logger at INFO."""
+        return self.path is not None or logger.isEnabledFor(logging.INFO)
+
     def record_call(self, outcome: ToolOutcome, session_id: str | None) -> dict[str, Any]:
-        """Write the record of one decided call; returns what was written."""
+        """Write the record of one decided call; returns what was written (``{}`` when :attr:`writes`
+        is false: a call's record, its arguments' digest above all, is not built for nobody)."""
+        if not self.writes:
+            return {}
         call = outcome.call
         record: dict[str, Any] = {
             "kind": "call",
@@ -182,7 +190,7 @@ class AuditLog:
 
     def _write(self, fields: dict[str, Any]) -> dict[str, Any]:
         record = {"ts": datetime.now(UTC).isoformat(), **fields}
-        if self.path is None and not logger.isEnabledFor(logging.INFO):
+        if not self.writes:
             return record  # nobody reads the line (issue 18: encoded for nothing on every call)
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
         with self._lock:

@@ -168,6 +168,16 @@ def test_without_a_path_records_go_to_the_audit_logger(caplog: pytest.LogCapture
     assert "rent for flat" not in entry.getMessage()
 
 
+def test_a_call_record_is_not_built_when_nothing_writes_it(caplog: pytest.LogCaptureFixture) -> None:
+    audit = AuditLog(None, include_arguments=True)
+    with caplog.at_level(logging.WARNING, logger="shadowguard.audit"):
+        assert not audit.writes
+        assert audit.record_call(transfer(**SECRET), "s-quiet") == {}
+    assert [r for r in caplog.records if r.name == "shadowguard.audit"] == []
+    with caplog.at_level(logging.INFO, logger="shadowguard.audit"):
+        assert audit.writes and audit.record_call(transfer(**SECRET), "s-loud")["session"] == "s-loud"
+
+
 def test_writing_after_close_is_an_error(tmp_path: Path) -> None:
     audit = AuditLog(tmp_path / "audit.jsonl")
     audit.close()
