@@ -171,7 +171,9 @@ def error_message(text: str, is_error: bool) -> str | None:
     """
     stripped = text.strip()
     body: Any = None
-    if stripped.startswith("{"):
+    # Only an object with an "error" key is parsed: the key is spelled out in the text, or escaped
+    # (a large record set is not decoded just to find it is no error envelope).
+    if stripped.startswith("{") and ('"error"' in stripped or "\\u" in stripped):
         try:
             body = json.loads(stripped)
         except json.JSONDecodeError:

@@ -74,6 +74,7 @@ class LeanRelay:
         self.enabled = enabled
         self.calls = 0
         self._security: TransportSecurityMiddleware | None = None
+        self._stamp: dict[str, Any] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not self._may_take(scope) or not await self._secure(scope):
@@ -206,11 +207,15 @@ class LeanRelay:
             return {"jsonrpc": "2.0", "id": request_id, "error": error}
         if dumped.get("resultType") is None:
             dumped["resultType"] = "complete"
+        if self._stamp is None:
+            # The SDK's property deep-copies its once-made dump on every read so that a caller who
+            # mutates it cannot corrupt later answers; this one is only ever encoded, never mutated.
+            self._stamp = self.proxy.server.server_info_stamp
         meta = dumped.get("_meta")
         if meta is None:
-            dumped["_meta"] = {SERVER_INFO_META_KEY: self.proxy.server.server_info_stamp}
+            dumped["_meta"] = {SERVER_INFO_META_KEY: self._stamp}
         elif isinstance(meta, dict) and meta.get(SERVER_INFO_META_KEY) is None:
-            dumped["_meta"] = {**meta, SERVER_INFO_META_KEY: self.proxy.server.server_info_stamp}
+            dumped["_meta"] = {**meta, SERVER_INFO_META_KEY: self._stamp}
         return {"jsonrpc": "2.0", "id": request_id, "result": dumped}
 
 

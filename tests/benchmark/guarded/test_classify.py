@@ -171,6 +171,8 @@ def test_in_band_detection_is_narrow() -> None:
     assert error_message('{"id": 1, "error": "none", "status": "ok"}', is_error=False) is None
     assert error_message('{"error": null, "tool": "x"}', is_error=False) is None
     assert error_message('{"error": {"message": "nope", "code": 404}}', is_error=False) == "nope"
+    # the key spelled with JSON escapes is the same key (the text is decoded only when it may hold it)
+    assert error_message('{"\\u0065rror": "disk full"}', is_error=False) == "disk full"
     assert error_message("plain text", is_error=False) is None
     assert error_message("plain text", is_error=True) == "plain text"
     assert error_message("", is_error=True) == "the tool reported an error without a message"
