@@ -1,15 +1,18 @@
 """The lean path's own HTTP/1.1 connections (proxy/lean_http.py) against real servers on loopback:
-kept alive and reused, never used once the upstream closed them, a request whose answer was lost
-never sent again, the headers and answers httpx would give, cookies into the client's jar, and what
-it leaves to httpx."""
+kept alive and reused, never used once the upstream closed them, a request that could not be
+written sent again once, a request whose answer was lost never sent again, the headers and answers
+httpx would give, cookies into the client's jar, and what it leaves to httpx."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
+from typing import Literal
 
+import anyio
 import httpx2
 import pytest
 from starlette.applications import Starlette
@@ -20,6 +23,7 @@ from starlette.routing import Route
 from proxy.lean_http import PlainHttp
 from proxy.upstream_http import upstream_http_client, upstream_http_limits
 from tests.support.processes import serving
+from tests.support.raw_http import ANSWER, RawServer, read_request
 
 pytestmark = pytest.mark.anyio
 TIMEOUT = httpx2.Timeout(10.0)
@@ -83,8 +87,8 @@ def plain(client: httpx2.AsyncClient, url: str) -> PlainHttp:
     )
 
 
-async def post(http: PlainHttp, headers: dict[str, str] | None = None) -> bytes:
-    response = await http.post(b"{}", {"content-type": "application/json", **(headers or {})})
+async def post(http: PlainHttp, headers: dict[str, str] | None = None, content: bytes = b"{}") -> bytes:
+    response = await http.post(content, {"content-type": "application/json", **(headers or {})})
     try:
         return await response.read()
     finally:
@@ -160,47 +164,63 @@ async def test_what_it_leaves_to_httpx(monkeypatch: pytest.MonkeyPatch) -> None:
         assert not plain(client, "http://127.0.0.1:1/mcp").takes(10)
 
 
-class OneShot:
-    """A raw HTTP server on loopback: reads each request, then answers it keep-alive and closes the
-    connection all the same (``answer``), or closes it without an answer."""
+class OneShot(RawServer):
+    """Reads each connection's request, then answers it keep-alive and closes the connection all the
+    same (``answer``), or closes it without an answer."""
 
     def __init__(self, *, answer: bool) -> None:
         self.answer = answer
-        self.accepted = 0
         self.requests = 0
         self.closed = threading.Event()
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            with conn:
-                data = b""
-                while not data.endswith(b"{}"):
-                    data += conn.recv(65536)
+    def handle(self, conn: socket.socket) -> None:
+        with conn:
+            if read_request(conn) is not None:
                 self.requests += 1
                 if self.answer:
-                    conn.sendall(
-                        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
-                    )
-            self.closed.set()
+                    conn.sendall(ANSWER)
+        self.closed.set()
+
+
+class KeptAlive(RawServer):
+    """Answers the first request of each connection keep-alive; then ``drop`` reads the next request
+    and closes the connection without an answer, ``hold`` reads nothing more and leaves the
+    connection open until the server closes (so the client's socket never becomes readable)."""
+
+    def __init__(self, then: Literal["drop", "hold"]) -> None:
+        self.then = then
+        self.bodies: list[bytes] = []
+        self.held: list[socket.socket] = []
+        super().__init__()
+
+    def handle(self, conn: socket.socket) -> None:
+        request = read_request(conn)
+        if request is None:
+            conn.close()
+            return
+        self.bodies.append(request[1])
+        if self.then == "hold":
+            self.held.append(conn)  # before the answer: the test closes the server once it has it
+            conn.sendall(ANSWER)
+            return
+        with conn:
+            conn.sendall(ANSWER)
+            request = read_request(conn)
+            if request is not None:
+                self.bodies.append(request[1])
 
     def close(self) -> None:
-        self.sock.close()
+        super().close()
+        for conn in self.held:
+            conn.close()
 
 
 async def test_an_idle_connection_the_upstream_closed_is_not_used() -> None:
     server = OneShot(answer=True)
     try:
         async with upstream_http_client(TIMEOUT) as client:
-            http = plain(client, f"http://127.0.0.1:{server.port}/mcp")
+            http = plain(client, server.url)
             for _ in range(2):
                 server.closed.clear()
                 assert await post(http) == b"{}"
@@ -215,7 +235,7 @@ async def test_a_post_whose_answer_was_lost_is_not_sent_again() -> None:
     server = OneShot(answer=False)
     try:
         async with upstream_http_client(TIMEOUT) as client:
-            http = plain(client, f"http://127.0.0.1:{server.port}/mcp")
+            http = plain(client, server.url)
             with pytest.raises(httpx2.RemoteProtocolError):
                 await post(http)
             await http.aclose()
@@ -230,3 +250,50 @@ async def test_an_upstream_that_is_not_there_is_a_connect_error() -> None:
     async with upstream_http_client(TIMEOUT) as client:
         with pytest.raises(httpx2.ConnectError):
             await post(plain(client, f"http://127.0.0.1:{port}/mcp"))
+
+
+def break_idle_connections(http: PlainHttp) -> None:
+    """Makes the idle connections unwritable while they still pass the check before use (open, and
+    nothing to read): as when the upstream's reset arrives between that check and the write."""
+    for connection in http._idle:
+        assert connection.transport is not None
+        connection.transport.get_extra_info("socket").shutdown(socket.SHUT_WR)
+
+
+async def test_a_request_that_could_not_be_written_is_sent_again_on_a_new_connection() -> None:
+    with KeptAlive(then="hold") as server:
+        async with upstream_http_client(TIMEOUT) as client:
+            http = plain(client, server.url)
+            assert await post(http, content=b'{"n": 1}') == b"{}"
+            break_idle_connections(http)
+            assert await post(http, content=b'{"n": 2}') == b"{}"
+            await http.aclose()
+    assert server.bodies == [b'{"n": 1}', b'{"n": 2}']
+    assert server.accepted == 2
+
+
+async def test_a_request_is_sent_again_once_at_most() -> None:
+    with KeptAlive(then="hold") as server:
+        async with upstream_http_client(TIMEOUT) as client:
+            http = plain(client, server.url)
+            async with anyio.create_task_group() as group:
+                for n in (1, 2):
+                    group.start_soon(functools.partial(post, http, content=b'{"n": %d}' % n))
+            break_idle_connections(http)  # two of them: the request's first attempt and its resend
+            with pytest.raises(httpx2.WriteError):
+                await post(http, content=b'{"n": 3}')
+            await http.aclose()
+    assert sorted(server.bodies) == [b'{"n": 1}', b'{"n": 2}']
+    assert server.accepted == 2
+
+
+async def test_a_request_written_on_a_kept_alive_connection_whose_answer_was_lost_is_not_sent_again() -> None:
+    with KeptAlive(then="drop") as server:
+        async with upstream_http_client(TIMEOUT) as client:
+            http = plain(client, server.url)
+            assert await post(http, content=b'{"n": 1}') == b"{}"
+            with pytest.raises((httpx2.RemoteProtocolError, httpx2.ReadError)):
+                await post(http, content=b'{"n": 2}')
+            await http.aclose()
+    assert server.bodies == [b'{"n": 1}', b'{"n": 2}']
+    assert server.accepted == 1

@@ -8,7 +8,6 @@ The servers are real sockets on loopback that drop the connection at a chosen po
 from __future__ import annotations
 
 import socket
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,55 +15,29 @@ import httpx2
 import pytest
 
 from proxy.upstream_http import ResendUnsent, never_received, upstream_http_client
+from tests.support.raw_http import RawServer, read_request
 
 pytestmark = pytest.mark.anyio
 TIMEOUT = httpx2.Timeout(10.0)
 
 
-class Dropper:
-    """Accepts connections; reads each request's headers and body; drops the connection without an
-    answer for the first ``drops`` requests, then answers 200."""
+class Dropper(RawServer):
+    """Reads each connection's request; drops the connection without an answer for the first
+    ``drops`` requests, then answers 200."""
 
     def __init__(self, drops: int) -> None:
         self.drops = drops
         self.received: list[bytes] = []
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
+    def handle(self, conn: socket.socket) -> None:
+        with conn:
+            request = read_request(conn)
+            if request is None:
                 return
-            with conn:
-                request = self._read(conn)
-                self.received.append(request.split(b"\r\n", 1)[0])
-                if len(self.received) > self.drops:
-                    conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
-
-    @staticmethod
-    def _read(conn: socket.socket) -> bytes:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            data += conn.recv(65536)
-        head, _, body = data.partition(b"\r\n\r\n")
-        length = next(
-            (
-                int(line.split(b":")[1])
-                for line in head.lower().split(b"\r\n")
-                if line.startswith(b"content-length:")
-            ),
-            0,
-        )
-        while len(body) < length:
-            body += conn.recv(65536)
-        return head
-
-    def close(self) -> None:
-        self.sock.close()
+            self.received.append(request[0].split(b"\r\n", 1)[0])
+            if len(self.received) > self.drops:
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
 
 
 @pytest.fixture

@@ -5,6 +5,8 @@
   and ``domain_fixture`` for a folder's ``conftest.py``.
 - :mod:`tests.support.guardcore`: a small purpose-built schema (two tables, foreign key, check) for the
   guard core's unit tests, which must run without the benchmark data bundle.
+- :mod:`tests.support.raw_http`: an HTTP/1.1 upstream made of a bare socket that drops or holds a
+  connection at a chosen point, for tests of what a client sends again.
 - :mod:`tests.support.services`: whether PostgreSQL, Redis and Chromium are there, and the skip (or, with
   ``SHADOWGUARD_TEST_STRICT=1`` as CI sets it, the failure) when one is missing.
 
