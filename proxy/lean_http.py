@@ -19,7 +19,8 @@ What the upstream and the caller see is what the ``httpx2`` client (proxy.upstre
   httpx, and an event stream is split into lines by httpx (``httpx2.Response`` over this connection);
 * a request is sent again, once, on another connection (the next usable idle one, else a new one)
   only when it cannot have reached the upstream (it could not be written); once written, a lost
-  answer is :class:`httpx2.RemoteProtocolError` or :class:`httpx2.ReadError`, never a resend (proxy.upstream_http: a ``tools/call`` may have run);
+  answer is :class:`httpx2.RemoteProtocolError` or :class:`httpx2.ReadError`, never a resend
+  (proxy.upstream_http: a ``tools/call`` may have run);
 * a failure to connect is :class:`httpx2.ConnectError` / :class:`httpx2.ConnectTimeout`;
 * a ``set-cookie`` in an answer goes into the client's jar (and the next request takes httpx's path).
 
