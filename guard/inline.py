@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeGuard, TypeVar, runtime_checkable
 
-from guard.backend import AsksAhead, Backend, BackendError, Piggybacking
+from guard.backend import AsksAhead, Backend, BackendError, Piggybacking, conforms
 from guard.checks import SqlCheck, queries_ahead
 from guard.effects import classify
 from guard.errors import ToolFailure
@@ -75,32 +75,19 @@ class WatchesReads(Protocol):
         ...
 
 
-_CONFORMS: dict[tuple[type, type], bool] = {}
 """Whether a backend class conforms to a runtime-checkable Protocol, by (class, Protocol)."""
 
 
-def _conforms(backend: Backend, protocol: type) -> bool:
-    """``isinstance(backend, protocol)``, decided once per backend class: a Protocol's isinstance
-    looks up every member on every call (issue 18: about 3 % of a passthrough read's proxy CPU, three
-    checks a call). The backends set their members in ``__init__``, so every instance of a class
-    conforms as its first did."""
-    key = (type(backend), protocol)
-    known = _CONFORMS.get(key)
-    if known is None:
-        known = _CONFORMS[key] = isinstance(backend, protocol)
-    return known
-
-
 def _piggybacks(backend: Backend) -> TypeGuard[Piggybacking]:
-    return _conforms(backend, Piggybacking)
+    return conforms(backend, Piggybacking)
 
 
 def _watches_reads(backend: Backend) -> TypeGuard[WatchesReads]:
-    return _conforms(backend, WatchesReads)
+    return conforms(backend, WatchesReads)
 
 
 def _asks_ahead(backend: Backend) -> TypeGuard[AsksAhead]:
-    return _conforms(backend, AsksAhead)
+    return conforms(backend, AsksAhead)
 
 
 def ops_ride_on_calls(backend: Backend) -> bool:

@@ -109,6 +109,12 @@ class SqlBackend:
         self._names = itertools.count(1)
         self._begin_mark = 0
         self._log = LOG if self.dialect == "sqlite" else f"pg_temp.{LOG}"
+        # Built once: a new text() per call is parsed for its binds and keyed for the compiled cache
+        # anew (issue 18: a participant runs both for every watched read).
+        self._mark_sql = sa.text(f"SELECT COALESCE(MAX(id), 0) FROM {self._log}")  # noqa: S608 - constant table name
+        self._after_sql = sa.text(
+            f"SELECT tbl, op, before, after FROM {self._log} WHERE id > :mark ORDER BY id"  # noqa: S608
+        )
         self._capturing: tuple[ConnectionCapture, tuple[str, ...]] | None = None
         """The SQLite capture tags this session turned on (``guard/sqlite_capture.py``)."""
         self._float_columns = {
@@ -215,9 +221,7 @@ class SqlBackend:
 
     # -- changes --------------------------------------------------------------------------------
     def _mark(self) -> int:
-        value: int | None = self.connection.execute(
-            sa.text(f"SELECT COALESCE(MAX(id), 0) FROM {self._log}")  # noqa: S608 - constant table name
-        ).scalar_one()
+        value: int | None = self.connection.execute(self._mark_sql).scalar_one()
         return int(value or 0)
 
     def changes(self, since: str | None = None) -> ChangeSet:
@@ -240,10 +244,7 @@ class SqlBackend:
         """The row changes logged after ``position`` (from :meth:`position`) and still in effect."""
         self._require()
         mark = position
-        rows = self.connection.execute(
-            sa.text(f"SELECT tbl, op, before, after FROM {self._log} WHERE id > :mark ORDER BY id"),  # noqa: S608
-            {"mark": mark},
-        )
+        rows = self.connection.execute(self._after_sql, {"mark": mark})
         out = []
         for raw_table, raw_op, before, after in rows:
             table, op = str(raw_table), cast(Op, str(raw_op).lower())

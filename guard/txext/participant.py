@@ -39,7 +39,7 @@ from mcp.server.context import CallNext, HandlerResult
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-from guard.backend import Backend, Watchable
+from guard.backend import Backend, Watchable, conforms
 from guard.models import ChangeSet
 from guard.txext import points
 from guard.txext.after import Query, parse_after, run_after
@@ -334,7 +334,7 @@ class TransactionParticipant:
             except BaseException:
                 self._registry.forget(key, tx)
                 raise
-            return isinstance(backend, Watchable)
+            return conforms(backend, Watchable)
 
         watchable = await self.access(key, work)
         features = [f for f in self.features if f != WATCH or watchable]

@@ -9,16 +9,18 @@ Every method that takes a savepoint name goes through here, inside :func:`guard.
 
 from __future__ import annotations
 
-from guard.backend import Backend, BackendError, NotReversibleError, Watchable
+from typing import cast
+
+from guard.backend import Backend, BackendError, NotReversibleError, Watchable, conforms
 from guard.models import ChangeSet
 from guard.txext.registry import OpenTransaction
 
 
 def watchable(backend: Backend) -> Watchable:
     """``backend`` as a :class:`Watchable`; BackendError if it cannot watch."""
-    if not isinstance(backend, Watchable):
+    if not conforms(backend, Watchable):
         raise BackendError(f"this session's backend ({type(backend).__name__}) cannot watch its change log")
-    return backend
+    return cast(Watchable, backend)
 
 
 def watch(entry: OpenTransaction, name: str, backend: Backend) -> None:
