@@ -42,6 +42,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from guard.pgconnect import pg_connect_args
+
 OPEN = "open"
 RESTARTED = "restarted"
 """The state of a row its process left open: that process stopped without ending the session."""
@@ -169,7 +171,9 @@ class SessionLedger:
         self.url = parsed.render_as_string(hide_password=True)
         self._clock = clock
         self._lock = threading.Lock()
-        connect_args: dict[str, Any] = {"timeout": _BUSY_TIMEOUT_S} if self.backend == "sqlite" else {}
+        connect_args: dict[str, Any] = (
+            {"timeout": _BUSY_TIMEOUT_S} if self.backend == "sqlite" else pg_connect_args(parsed)
+        )
         self._engine = sa.create_engine(parsed, connect_args=connect_args)
         if self.backend == "sqlite":
             sa.event.listen(self._engine, "connect", _sqlite_wal)

@@ -35,6 +35,10 @@ from guard.approvals.transitions import Clock, TransitionStore, redact_url, to_m
 DEFAULT_KEY_PREFIX = "shadowguard:approvals:"
 _PREFIX = re.compile(r"^[A-Za-z0-9_:.\-]{1,100}$")
 _CONNECT_TIMEOUT_S = 5.0
+_SOCKET_TIMEOUT_S = 10.0
+"""A command whose answer does not come within this long fails (redis.TimeoutError: the store is
+unavailable) instead of holding the call: a server that stops answering, or a partition. Every
+command of the store is one short key operation or script."""
 _PAGE = 200
 
 _SWAP = """
@@ -77,7 +81,10 @@ class RedisApprovalStore(TransitionStore):
         client_url, self.key_prefix = _parse(url)
         try:
             self._redis = redis.Redis.from_url(
-                client_url, decode_responses=True, socket_connect_timeout=_CONNECT_TIMEOUT_S
+                client_url,
+                decode_responses=True,
+                socket_connect_timeout=_CONNECT_TIMEOUT_S,
+                socket_timeout=_SOCKET_TIMEOUT_S,
             )
         except ValueError as exc:
             raise ValueError(f"approval store {self.url}: {exc}") from exc

@@ -26,6 +26,7 @@ from guard.approvals.models import (
     utcnow,
 )
 from guard.approvals.transitions import Clock, TransitionStore, to_micros
+from guard.pgconnect import pg_connect_args
 
 DEFAULT_TABLE_PREFIX = "shadowguard_"
 _PREFIX = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,39}$")
@@ -238,9 +239,10 @@ def _parse(url: str, base_dir: Path | None) -> tuple[sa.URL, str, str]:
 def _engine(url: sa.URL) -> sa.Engine:
     """The store's engine. Any DBAPI error marks its connection as disconnected, so the pool discards it
     (a pre-ping that fails in any way, too: the pool then opens a new connection): a connection left
-    mid-query or broken by an outage is never handed out again."""
+    mid-query or broken by an outage is never handed out again. On PostgreSQL every wait is bounded
+    (guard.pgconnect): a server that stops answering is unavailable, not a hang."""
     if url.get_backend_name() != "sqlite":
-        engine = sa.create_engine(url, pool_pre_ping=True)
+        engine = sa.create_engine(url, pool_pre_ping=True, connect_args=pg_connect_args(url))
     else:
         engine = _sqlite_engine(url)
 
