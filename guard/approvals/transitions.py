@@ -109,10 +109,16 @@ class TransitionStore(ABC):
         """Turn a lost connection or unreachable server into :class:`ApprovalStoreUnavailable`."""
         try:
             yield
-        except self._unreachable as exc:
+        except Exception as exc:
+            if not self._is_unreachable(exc):
+                raise
             raise ApprovalStoreUnavailable(
                 f"cannot {doing} the approval store {self.url}: {self._cause(exc)}"
             ) from exc
+
+    def _is_unreachable(self, exc: Exception) -> bool:
+        """``exc`` means the store cannot serve now (lost connection, server away or unable to write)."""
+        return isinstance(exc, self._unreachable)
 
     @staticmethod
     def _cause(exc: Exception) -> str:
