@@ -76,10 +76,10 @@ def test_a_server_demoted_to_a_replica_makes_writes_unavailable(own_redis: redis
     try:
         created = store.create(request_for("s-2"))
         with socket.create_server(("127.0.0.1", 0)) as nowhere:  # a primary that is not there
-            own_redis.execute_command("REPLICAOF", "127.0.0.1", str(nowhere.getsockname()[1]))
+            own_redis.replicaof("127.0.0.1", nowhere.getsockname()[1])
         with pytest.raises(ApprovalStoreUnavailable, match=r"READONLY|replica"):
             store.cancel(created.id, reason="the session ended")
-        own_redis.execute_command("REPLICAOF", "NO", "ONE")
+        own_redis.replicaof("NO", "ONE")
         assert store.cancel(created.id, reason="the session ended").state.value == "cancelled"
     finally:
         store.close()
