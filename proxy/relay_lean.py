@@ -234,6 +234,7 @@ async def answer_call(
     reply = _Reply(send)
     call = anyio.CancelScope()
     watch = asyncio.get_running_loop().create_task(_watch(receive, call, reply))
+    watch.add_done_callback(_watch_ended)
     answer: dict[str, Any] | None = None
     try:
         with call:
@@ -280,6 +281,13 @@ async def _watch(receive: Receive, call: anyio.CancelScope, reply: _Reply) -> No
             continue
         call.cancel()
         return
+
+
+def _watch_ended(watch: asyncio.Task[None]) -> None:
+    """A watch that failed (its ``receive`` raised) is logged, not left for asyncio to report at
+    collection; the call then runs on without it, as a call whose client stays."""
+    if not watch.cancelled() and (exc := watch.exception()) is not None:
+        logger.error("the lean relay's watch over a client failed", exc_info=exc)
 
 
 async def _read_body(receive: Receive) -> tuple[bytes, bool]:

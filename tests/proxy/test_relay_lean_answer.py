@@ -121,3 +121,21 @@ async def test_a_failing_call_raises_and_stops_the_watch(monkeypatch: pytest.Mon
     await anyio.sleep(0.06)
     assert len(client.sent) == count, "no ping after the call ended"
     assert _others() == before
+
+
+async def test_a_watch_that_fails_is_logged_and_the_call_still_answers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client = Client()
+
+    async def broken_receive() -> dict[str, Any]:
+        raise RuntimeError("the transport broke")
+
+    async def envelope() -> dict[str, Any]:
+        await anyio.sleep(0.01)
+        return ANSWER
+
+    await answer_call(broken_receive, client.send, envelope)  # type: ignore[arg-type]
+    assert json.loads(client.sent[1]["body"]) == ANSWER
+    [record] = [r for r in caplog.records if "watch over a client failed" in r.getMessage()]
+    assert record.exc_info is not None and "the transport broke" in str(record.exc_info[1])
