@@ -117,6 +117,8 @@ class SqlBackend:
         )
         self._capturing: tuple[ConnectionCapture, tuple[str, ...]] | None = None
         """The SQLite capture tags this session turned on (``guard/sqlite_capture.py``)."""
+        self._quiet: tuple[int, int] | None = None
+        """The last :meth:`position` and SQLite's count of rows this connection had changed then."""
         self._float_columns = {
             name: {c.name for c in t.columns if isinstance(c.type, sa.Float | sa.Double)}
             for name, t in self.tables.items()
@@ -220,6 +222,13 @@ class SqlBackend:
         self._close(savepoint, keep=True)
 
     # -- changes --------------------------------------------------------------------------------
+    def _change_count(self) -> int | None:
+        """SQLite's count of rows this connection changed since it opened; None on other databases."""
+        if self.dialect != "sqlite":
+            return None
+        count = getattr(self.connection.connection.dbapi_connection, "total_changes", None)
+        return count if isinstance(count, int) else None
+
     def _mark(self) -> int:
         value: int | None = self.connection.execute(self._mark_sql).scalar_one()
         return int(value or 0)
@@ -238,11 +247,22 @@ class SqlBackend:
     def position(self) -> int:
         """The capture log's position now: what :meth:`changes_after` counts from."""
         self._require()
-        return self._mark()
+        mark = self._mark()
+        count = self._change_count()
+        self._quiet = (mark, count) if count is not None else None
+        return mark
 
     def changes_after(self, position: int) -> ChangeSet:
-        """The row changes logged after ``position`` (from :meth:`position`) and still in effect."""
+        """The row changes logged after ``position`` (from :meth:`position`) and still in effect.
+
+        On SQLite, when ``position`` is the last one taken and the connection has changed no row since
+        (its ``total_changes``, which counts every row an INSERT, UPDATE or DELETE changed, those of
+        triggers included, and is not lowered by a rollback), the answer is empty without reading the
+        log: a logged change is a row the capture triggers inserted, so the count would have moved
+        (issue 18: a watched read asked the log after every call)."""
         self._require()
+        if self._quiet is not None and self._quiet == (position, self._change_count()):
+            return ChangeSet()
         mark = position
         rows = self.connection.execute(self._after_sql, {"mark": mark})
         out = []

@@ -166,6 +166,8 @@ class Harness:
     model: Model
     log: list[list[RowChange]] = field(default_factory=list)
     open: list[tuple[str, int, Model]] = field(default_factory=list)
+    watches: list[tuple[int, int, int]] = field(default_factory=list)
+    """(position, log length, savepoints open) of each watch taken (guard.backend.Watchable)."""
 
     # writes ---------------------------------------------------------------------------------------
     def insert(self, table: str, row: Row) -> None:
@@ -232,9 +234,15 @@ class Harness:
         name = self.backend.savepoint()
         self.open.append((name, len(self.log), copy_model(self.model)))
 
+    def watch(self) -> None:
+        self.watches.append((self.backend.position(), len(self.log), len(self.open)))
+
     def close(self, rollback: bool) -> None:
         name, mark, snapshot = self.open.pop()
         if rollback:
+            # a watch taken inside the rolled-back savepoint counts from rows that are gone (ADR 013:
+            # a watch spans one call, never a rollback to before it)
+            self.watches = [w for w in self.watches if w[2] <= len(self.open)]
             self.backend.rollback_to(name)
             self.model = snapshot
             del self.log[mark:]
@@ -258,6 +266,8 @@ class Harness:
         assert_same_changes(self.backend.changes(), self.log)
         for name, mark, _ in self.open:
             assert_same_changes(self.backend.changes(name), self.log[mark:])
+        for position, mark, _ in self.watches:
+            assert_same_changes(self.backend.changes_after(position), self.log[mark:])
 
 
 def copy_model(model: Model) -> Model:
@@ -290,7 +300,9 @@ def assert_same_changes(actual: ChangeSet, groups: list[list[RowChange]]) -> Non
 
 
 def run_block(h: Harness, data: st.DataObject, depth: int) -> None:
-    steps = ["insert", "update", "delete", "restock", "drop_sku"] + (["savepoint"] if depth < 3 else [])
+    steps = ["insert", "update", "delete", "restock", "drop_sku", "watch"] + (
+        ["savepoint"] if depth < 3 else []
+    )
     for _ in range(data.draw(st.integers(0, 5 if depth else 8), label="steps")):
         step = data.draw(st.sampled_from(steps), label="step")
         table = data.draw(st.sampled_from(sorted(TABLES)), label="table")
@@ -310,6 +322,8 @@ def run_block(h: Harness, data: st.DataObject, depth: int) -> None:
             h.restock(data.draw(st.sampled_from(WAREHOUSES)), data.draw(st.integers(0, 1000)))
         elif step == "drop_sku":
             h.drop_sku(data.draw(st.integers(0, 3)))
+        elif step == "watch":
+            h.watch()
         elif step == "savepoint":
             h.savepoint()
             h.check()
@@ -467,4 +481,28 @@ def test_query_is_read_only_and_sees_the_shadow_state(connect: Any) -> None:
             backend.query("SELECT nope FROM items")
         assert backend.query("SELECT count(*) AS n FROM items") == [{"n": 1}]
         assert [c.key for c in backend.changes()] == ["1"]
+        backend.rollback()
+
+
+def test_a_watch_on_sqlite_asks_the_log_only_when_a_row_changed() -> None:
+    """After :meth:`SqlBackend.position`, no changed row (SQLite's ``total_changes`` unmoved) answers
+    ``changes_after`` without reading the log; a changed row, even of a table the backend does not
+    capture, reads it (and a captured one is reported)."""
+    with sqlite_connection() as conn:
+        conn.exec_driver_sql("CREATE TABLE other (x INTEGER)")
+        backend = SqlBackend(conn, list(TABLES.values()))
+        backend.begin()
+        asked: list[str] = []
+        sa.event.listen(conn, "before_cursor_execute", lambda *a: asked.append(a[2]))
+        position = backend.position()
+        conn.execute(sa.select(items))
+        asked.clear()
+        assert not backend.changes_after(position)
+        assert not any(LOG in sql for sql in asked)
+        conn.exec_driver_sql("INSERT INTO other VALUES (1)")  # a change the capture does not log
+        assert not backend.changes_after(position)
+        assert any(LOG in sql for sql in asked)
+        position = backend.position()
+        conn.execute(items.insert().values(id=7, name="n", price=None, active=True, meta=None))
+        assert [(c.table, c.op) for c in backend.changes_after(position)] == [("items", "insert")]
         backend.rollback()

@@ -174,7 +174,8 @@ async def test_a_watched_read_opens_no_savepoint_of_its_own(features: tuple[str,
         # The first read releases the write's savepoint and opens the anchor; later ones none.
         assert per_read[0].count("SAVEPOINT") == 1 and per_read[0].count("RELEASE") == 1
         assert [s for s in per_read[2] if s in ("SAVEPOINT", "RELEASE")] == []
-        assert per_read[2] == ["SELECT LOG", "SELECT", "SELECT LOG"]  # position, the tool, its changes
+        # position, the tool; its changes (none) told by SQLite's count of changed rows, not the log
+        assert per_read[2] == ["SELECT LOG", "SELECT"]
     else:
         assert [s for s in per_read[2] if s in ("SAVEPOINT", "RELEASE")] == ["RELEASE", "SAVEPOINT"]
     assert rows(connection) == [(1, "one", 0), (2, "two", 0)]
