@@ -75,9 +75,6 @@ class WatchesReads(Protocol):
         ...
 
 
-"""Whether a backend class conforms to a runtime-checkable Protocol, by (class, Protocol)."""
-
-
 def _piggybacks(backend: Backend) -> TypeGuard[Piggybacking]:
     return conforms(backend, Piggybacking)
 

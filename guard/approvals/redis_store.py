@@ -36,10 +36,12 @@ DEFAULT_KEY_PREFIX = "shadowguard:approvals:"
 _PREFIX = re.compile(r"^[A-Za-z0-9_:.\-]{1,100}$")
 _CONNECT_TIMEOUT_S = 5.0
 _SOCKET_TIMEOUT_S = 10.0
-_STATE_REPLIES = frozenset({"MISCONF", "NOREPLICAS", "BUSY", "MASTERDOWN", "LOADING", "READONLY", "OOM"})
 """A command whose answer does not come within this long fails (redis.TimeoutError: the store is
 unavailable) instead of holding the call: a server that stops answering, or a partition. Every
 command of the store is one short key operation or script."""
+_STATE_REPLIES = frozenset({"MISCONF", "NOREPLICAS", "BUSY"})
+"""Error replies of a server that cannot serve a write now, for which redis-py has no class (it maps
+``READONLY``, ``OOM``, ``LOADING`` and ``MASTERDOWN`` to the classes in ``_unreachable``)."""
 _PAGE = 200
 
 _SWAP = """
@@ -80,14 +82,14 @@ class RedisApprovalStore(TransitionStore):
         redis.exceptions.InvalidResponse,  # not a Redis server, or a broken stream
         redis.exceptions.ReadOnlyError,  # a replica (a failover demoted the server)
         redis.exceptions.OutOfMemoryError,  # maxmemory reached with noeviction
-        redis.exceptions.ClusterDownError,
+        redis.exceptions.ClusterDownError,  # MasterDownError (MASTERDOWN) too
         redis.exceptions.TryAgainError,
     )
 
     def _is_unreachable(self, exc: Exception) -> bool:
         """Also a server that answers but cannot serve a write now: its error reply starts with a state
         code redis-py has no class for (``MISCONF``: snapshots failing; ``NOREPLICAS``; ``BUSY``: a
-        script running; ``MASTERDOWN``). Any other error reply (a bug) is raised as it is."""
+        script running). Any other error reply (a bug) is raised as it is."""
         if isinstance(exc, redis.ResponseError) and str(exc).split(" ", 1)[0] in _STATE_REPLIES:
             return True
         return super()._is_unreachable(exc)

@@ -89,23 +89,19 @@ def test_the_bounds_yield_to_what_the_url_sets() -> None:
     assert "lock_timeout=" in default["options"] and "statement_timeout=" in default["options"]
 
 
-def test_a_postgresql_approval_store_that_never_answers_is_unavailable(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("opener", "refusal"),
+    [(SqlApprovalStore, ApprovalStoreUnavailable), (SessionLedger, LedgerError)],
+    ids=["approval store", "session ledger"],
+)
+def test_a_postgresql_store_that_never_answers_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, opener: Callable[[str], Any], refusal: type[Exception]
 ) -> None:
     monkeypatch.setattr(pgconnect, "CONNECT_TIMEOUT_S", 1)
     with silent_server() as port:
-        raised = _raises_in_time(lambda: SqlApprovalStore(f"postgresql://u@127.0.0.1:{port}/db"))
-    assert isinstance(raised, ApprovalStoreUnavailable), repr(raised)
+        raised = _raises_in_time(lambda: opener(f"postgresql://u@127.0.0.1:{port}/db"))
+    assert isinstance(raised, refusal), repr(raised)
     assert f"127.0.0.1:{port}" in str(raised)
-
-
-def test_a_postgresql_session_ledger_that_never_answers_is_a_ledger_error(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(pgconnect, "CONNECT_TIMEOUT_S", 1)
-    with silent_server() as port:
-        raised = _raises_in_time(lambda: SessionLedger(f"postgresql://u@127.0.0.1:{port}/db"))
-    assert isinstance(raised, LedgerError), repr(raised)
 
 
 def test_a_redis_approval_store_that_never_answers_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
