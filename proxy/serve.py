@@ -4,6 +4,7 @@ order in which a proxy is built, started, served and stopped (:func:`run_http`, 
 from __future__ import annotations
 
 import errno
+import gc
 import signal
 import socket
 import sys
@@ -96,6 +97,21 @@ def _uvicorn(app: ASGIApp) -> uvicorn.Server:
     )
 
 
+def settle_heap() -> None:
+    """Once start-up is done: collect its garbage, then freeze what survives (``gc.freeze``).
+
+    Start-up builds some 185,000 long-lived objects (modules, the policy packs, the SDK's and
+    pydantic's schemas, the upstreams' tool lists). Left in the cyclic collector's oldest generation,
+    each full collection walks all of them: about 90 ms on the development machine, one every few
+    thousand calls (issue 18: 30 µs of proxy CPU per call amortised, and a 90 ms stall on the call
+    that triggers it). Frozen, they are never walked again; reference counting still frees any of them
+    that is dropped later, and what the proxy builds afterwards (sessions, connections) is collected
+    as before. The cost: a reference cycle among start-up objects that becomes garbage later stays
+    allocated (bounded by what start-up built)."""
+    gc.collect()
+    gc.freeze()
+
+
 async def _on_signal(
     stop: Callable[[], None], *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
 ) -> None:
@@ -119,6 +135,7 @@ async def run_http(config: ProxyConfig, *, announce: Callable[[str], None] = ann
                 proxy.sessions.stop_retrying()
 
             await tg.start(_on_signal, stop)
+            settle_heap()
             announce(_url(config.http.host, sock))
             await server.serve(sockets=[sock])
             tg.cancel_scope.cancel()
@@ -148,6 +165,7 @@ async def run_stdio(
                     agent.cancel()
 
                 await tg.start(_on_signal, stop)
+                settle_heap()
                 await proxy.serve_stdio(config.http.max_body_bytes)
             if server is not None:
                 server.should_exit = True
@@ -162,4 +180,4 @@ async def _serve_side(server: uvicorn.Server, sock: socket.socket) -> None:
         await server.serve(sockets=[sock])
 
 
-__all__ = ["SHUTDOWN_GRACE_S", "announce_stderr", "run_http", "run_stdio"]
+__all__ = ["SHUTDOWN_GRACE_S", "announce_stderr", "run_http", "run_stdio", "settle_heap"]

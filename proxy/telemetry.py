@@ -39,7 +39,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -300,8 +300,13 @@ def _decision(approval: Approval) -> str:
 def span(name: str, **attributes: Any) -> AbstractContextManager[trace.Span]:
     """A span around a block; ``None`` attributes are left out, others made OpenTelemetry-safe.
 
-    An exception leaving the block is recorded on the span and re-raised.
+    An exception leaving the block is recorded on the span and re-raised. While no tracer provider is
+    installed (no exporter configured, none set by a host) OpenTelemetry's API would only make a
+    non-recording span: that span is handed out without building the attributes or touching the
+    context (issue 18: about 12 µs a span on the call path).
     """
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        return nullcontext(trace.INVALID_SPAN)
     return _span(name, _attributes(attributes))
 
 

@@ -136,6 +136,10 @@ setup_telemetry(TelemetryConfig(exporter="none"))
 assert not isinstance(trace.get_tracer_provider(), TracerProvider)
 with span("guard.call", tool="x") as s:
     assert not s.is_recording()
+# an incoming trace context stays the current one inside a span (what the SDK propagates upstream)
+parent = trace.SpanContext(trace_id=1, span_id=2, is_remote=True)
+with trace.use_span(trace.NonRecordingSpan(parent)), span("shadowguard.tool_call", tool="x"):
+    assert trace.get_current_span().get_span_context() == parent
 print("ok")
 """
     run = subprocess.run(
