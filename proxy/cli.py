@@ -179,7 +179,7 @@ def serve(
     from proxy.config import ConfigError, ProxyConfig
     from proxy.held import NoReviewerError
     from proxy.ledger import LedgerError
-    from proxy.serve import run_http, run_stdio
+    from proxy.serve import loop_options, run_http, run_stdio
     from proxy.upstream_types import UpstreamError
 
     try:
@@ -191,10 +191,14 @@ def serve(
         typer.echo(f"error: {config}: no upstreams configured: nothing to serve", err=True)
         raise typer.Exit(2)
     try:
+        options = loop_options(settings.proxy.event_loop)
         if stdio:
-            anyio.run(lambda: run_stdio(settings, side_http="http" in settings.model_fields_set))
+            anyio.run(
+                lambda: run_stdio(settings, side_http="http" in settings.model_fields_set),
+                backend_options=options,
+            )
         else:
-            anyio.run(run_http, settings)
+            anyio.run(run_http, settings, backend_options=options)
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc

@@ -329,6 +329,12 @@ class RelayConfig(_Section):
     answered without the SDK's server session (proxy/relay_lean.py); false: every request goes
     through the SDK's app."""
 
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
+    """The event loop ``shadowguard serve`` runs on: ``uvloop`` (libuv, in C; a dependency on Linux and
+    macOS) or the standard library's ``asyncio`` loop. uvloop spends less of the proxy's CPU on each
+    call's loop turns, timers and socket writes (docs/proxy.md, "Performance"); ``asyncio`` where
+    uvloop is not installed (a start with ``uvloop`` then stops with an error saying so)."""
+
 
 class ProxyConfig(BaseSettings):
     """Everything ``shadowguard serve`` needs. Build it with :meth:`load`."""

@@ -38,6 +38,7 @@ import time
 import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import cast
 
 import anyio
 import httptools
@@ -62,8 +63,8 @@ class _Connection(asyncio.Protocol):
         self._waiter: asyncio.Future[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream connection's transport (uvloop's is one without subclassing asyncio.Transport).
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self._chunks.append(data)

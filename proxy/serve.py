@@ -10,6 +10,7 @@ import socket
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import anyio
 import uvicorn
@@ -18,7 +19,7 @@ from starlette.types import ASGIApp
 
 from guard.keepalive import SERVER_KEEP_ALIVE_S
 from proxy.app import MCP_PATH, REVIEW_PATH, build_proxy, create_app, serving
-from proxy.config import ProxyConfig
+from proxy.config import ConfigError, ProxyConfig
 from proxy.http_writes import CoalescingHttpTools
 
 
@@ -95,6 +96,21 @@ def _uvicorn(app: ASGIApp) -> uvicorn.Server:
             timeout_keep_alive=SERVER_KEEP_ALIVE_S,
         )
     )
+
+
+def loop_options(event_loop: str) -> dict[str, Any]:
+    """anyio's backend options for ``proxy.event_loop``; ConfigError when uvloop is asked for and
+    cannot be imported (never a quiet fall back to the slower loop)."""
+    if event_loop == "asyncio":
+        return {"use_uvloop": False}
+    try:
+        import uvloop  # noqa: F401 - only whether it imports
+    except ImportError as exc:
+        raise ConfigError(
+            f"proxy.event_loop is uvloop, but uvloop cannot be imported ({exc}): install it "
+            "(pip install uvloop) or set proxy.event_loop: asyncio"
+        ) from exc
+    return {"use_uvloop": True}
 
 
 def settle_heap() -> None:
@@ -180,4 +196,4 @@ async def _serve_side(server: uvicorn.Server, sock: socket.socket) -> None:
         await server.serve(sockets=[sock])
 
 
-__all__ = ["SHUTDOWN_GRACE_S", "announce_stderr", "run_http", "run_stdio", "settle_heap"]
+__all__ = ["SHUTDOWN_GRACE_S", "announce_stderr", "loop_options", "run_http", "run_stdio", "settle_heap"]

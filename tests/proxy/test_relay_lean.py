@@ -1,11 +1,10 @@
 """The lean relay (proxy/relay_lean.py, proxy/lean_upstream.py) answers exactly as the SDK path does.
 
 Two ``shadowguard serve`` processes, each over a notes fixture of its own (HTTP, transactional; the
-same data): one with the lean
-relay (the default), one with ``proxy.lean_relay: false``. The same raw 2026-07-28 requests go to
-both; their answers (status, content type, JSON body) must be equal once the ids the guard mints per
-call (call ids, approval ids and expiry times) are blanked. ``/metrics`` shows which path answered.
-"""
+same data): one with the lean relay on uvloop (the defaults), one with ``proxy.lean_relay: false`` on
+the standard asyncio loop. The same raw 2026-07-28 requests go to both; their answers (status,
+content type, JSON body) must be equal once the ids the guard mints per call (call ids, approval ids
+and expiry times) are blanked. ``/metrics`` shows which path answered."""
 
 from __future__ import annotations
 
@@ -53,7 +52,8 @@ def pair(module_tmp: Path) -> Iterator[Pair]:
             [{"name": "notes", "transport": "http", "url": notes.url, "policy": str(pack)}],
             http={"host": "127.0.0.1", "port": 0},
             approvals={"store": "sqlite:///approvals.db", "wait_s": 0},
-            proxy={"lean_relay": lean},
+            # the lean proxy on uvloop (the default), the SDK one on the standard loop
+            proxy={"lean_relay": lean, "event_loop": "uvloop" if lean else "asyncio"},
         )
     try:
         with shadowguard_serving(configs) as proxies:

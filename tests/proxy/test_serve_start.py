@@ -1,14 +1,17 @@
-"""``proxy.serve.settle_heap``: start-up's garbage is collected, what survives is frozen."""
+"""What ``shadowguard serve`` does before it serves: the event loop it asks for (``loop_options``) and
+the heap it settles (``settle_heap``: start-up's garbage is collected, what survives is frozen)."""
 
 from __future__ import annotations
 
 import gc
+import sys
 import weakref
 from collections.abc import Iterator
 
 import pytest
 
-from proxy.serve import settle_heap
+from proxy.config import ConfigError, ProxyConfig
+from proxy.serve import loop_options, settle_heap
 
 
 class _Node:
@@ -49,3 +52,21 @@ def test_objects_built_after_settling_are_still_collected() -> None:
     gc.collect()
 
     assert dropped() is None
+
+
+def test_uvloop_is_the_default_loop_and_asyncio_can_be_asked_for() -> None:
+    assert ProxyConfig().proxy.event_loop == "uvloop"
+    assert loop_options("uvloop") == {"use_uvloop": True}
+    assert loop_options("asyncio") == {"use_uvloop": False}
+
+
+def test_uvloop_that_cannot_be_imported_stops_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # what an absent package makes ``import`` do
+
+    with pytest.raises(ConfigError, match=r"proxy\.event_loop is uvloop, but uvloop cannot be imported"):
+        loop_options("uvloop")
+
+
+def test_an_unknown_event_loop_is_a_config_error() -> None:
+    with pytest.raises(ValueError, match="event_loop"):
+        ProxyConfig.model_validate({"proxy": {"event_loop": "trio"}})
