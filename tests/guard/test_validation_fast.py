@@ -1,9 +1,9 @@
 """The compiled fast path of argument validation (guard/fast_validity.py, guard/validation.py).
 
 - On the notes fixture's schemas, the validator with its fast path answers exactly as the python pass
-  alone (the same problems, or the same exception), lax and strict, as written and as draft 7; the
-  compiled check and the python pass agree on every instance (tests/benchmark/guarded/
-  test_validation_fast.py does the same over the benchmark bundle's tool schemas).
+  alone (the same problems, or the same exception), lax and strict, as written (2020-12) and as
+  drafts 7 and 2019-09; the compiled check and the python pass agree on every instance
+  (tests/benchmark/guarded/test_validation_fast.py does the same over the bundle's tool schemas).
 - Invalid arguments get the python pass's messages, byte for byte.
 - A schema the fast path declines (and why) still validates as before.
 """
@@ -16,23 +16,25 @@ import jsonschema_rs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from jsonschema import Draft7Validator, Draft202012Validator
+from jsonschema import Draft7Validator, Draft201909Validator, Draft202012Validator
 
 from benchmark.fixtures.notes_server import NOTE_SCHEMA
 from benchmark.fixtures.notes_server import TOOLS as NOTES_TOOLS
 from guard.fast_validity import Declined, FastValidity, compile_validity
 from guard.validation import ArgumentValidator, Mode
-from tests.support.validation import DRAFT7, both_paths, instances, outcome, python_only
+from tests.support.validation import DRAFT7, DRAFT2019, both_paths, instances, outcome, python_only
 
 
 @settings(max_examples=300)
-@given(data=st.data(), mode=st.sampled_from(["lax", "strict"]), draft7=st.booleans())
+@given(
+    data=st.data(), mode=st.sampled_from(["lax", "strict"]), draft=st.sampled_from([None, DRAFT7, DRAFT2019])
+)
 def test_on_the_notes_schemas_the_fast_path_answers_as_the_python_pass(
-    data: st.DataObject, mode: Mode, draft7: bool
+    data: st.DataObject, mode: Mode, draft: str | None
 ) -> None:
     schemas = [t.input_schema for t in NOTES_TOOLS] + [NOTE_SCHEMA]
     schema = data.draw(st.sampled_from(schemas))
-    schema = {"$schema": DRAFT7, **schema} if draft7 else schema
+    schema = {"$schema": draft, **schema} if draft else schema
     arguments = data.draw(instances(schema))
     fast, slow = both_paths(schema, mode)
     assert isinstance(fast.fast_path, FastValidity)
@@ -126,6 +128,7 @@ def test_what_keeps_it(schema: dict[str, Any], mode: Mode) -> None:
 
 def test_only_drafts_the_agreement_is_tested_for() -> None:
     assert isinstance(compile_validity({}, Draft7Validator), FastValidity)
+    assert isinstance(compile_validity({}, Draft201909Validator), FastValidity)
     assert isinstance(compile_validity({}, Draft202012Validator), FastValidity)
     old = ArgumentValidator({"$schema": "http://json-schema.org/draft-04/schema#"}).fast_path
     assert isinstance(old, Declined) and "draft-04/schema#: not a draft" in old.reason

@@ -53,6 +53,7 @@ def outcome(validator: ArgumentValidator, arguments: Any) -> Any:
 
 
 DRAFT7 = "http://json-schema.org/draft-07/schema#"
+DRAFT2019 = "https://json-schema.org/draft/2019-09/schema"
 
 WILD: st.SearchStrategy[Any] = st.one_of(
     st.none(),

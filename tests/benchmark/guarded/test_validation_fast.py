@@ -1,8 +1,8 @@
 """On the benchmark's real tool input schemas (the bundle's tool_schemas.json, all five domains),
 argument validation with its compiled fast path (guard/fast_validity.py) answers exactly as the
-python pass alone: the same problems or the same exception, lax and strict, as written and as draft 7,
-on valid-ish instances and mutations of them; in strict mode the compiled check and the python pass
-agree on validity itself."""
+python pass alone: the same problems or the same exception, lax and strict, as written (2020-12)
+and as drafts 7 and 2019-09, on valid-ish instances and mutations of them; in strict mode the
+compiled check and the python pass agree on validity itself."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from benchmark.tasks import BenchData
 from guard.fast_validity import FastValidity
 from guard.validation import ArgumentValidator, Mode
-from tests.support.validation import DRAFT7, both_paths, instances, outcome
+from tests.support.validation import DRAFT7, DRAFT2019, both_paths, instances, outcome
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def test_the_benchmark_schemas_all_take_the_fast_path(schemas: list[Mapping[str,
 
 
 @pytest.mark.parametrize("mode", ["lax", "strict"])
-@pytest.mark.parametrize("draft", ["as written", DRAFT7])
+@pytest.mark.parametrize("draft", ["as written", DRAFT7, DRAFT2019])
 @settings(max_examples=400)
 @given(data=st.data())
 def test_the_fast_path_answers_as_the_python_pass(
