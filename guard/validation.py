@@ -16,6 +16,10 @@ Modes (``errors.validation`` in the policy pack):
 
 ``format`` is an annotation, not an assertion (the JSON Schema 2020-12 default): upstreams parse
 dates more leniently than any format checker. Remote ``$ref`` are never fetched.
+
+Valid arguments cost one compiled check (:mod:`guard.fast_validity`, jsonschema-rs) where the schema
+allows it; the python-``jsonschema`` pass below runs only when that check does not say valid, so
+every problem, message and hint comes from it alone.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from jsonschema.exceptions import SchemaError, ValidationError
 from jsonschema.protocols import Validator
 
 from guard.errors import InternalError, InvalidArguments
+from guard.fast_validity import Declined, FastValidity, compile_validity
 from guard.models import FieldProblem
 
 Mode = Literal["lax", "strict", "off"]
@@ -333,9 +338,17 @@ class ArgumentValidator:
             where = _join(exc.absolute_path) or "(root)"
             raise InvalidSchemaError(f"input schema at {where}: {exc.message}") from exc
         self._validator = cls(schema)
+        self.fast_path: FastValidity | Declined = (
+            Declined("validation is off")
+            if mode == "off"
+            else compile_validity(schema, cls, lax=mode == "lax")
+        )
+        """The compiled check that answers for valid arguments, or why this schema has none."""
 
     def problems(self, arguments: Mapping[str, Any]) -> list[FieldProblem]:
         if self.mode == "off":
+            return []
+        if isinstance(self.fast_path, FastValidity) and self.fast_path.valid(arguments):
             return []
         out: list[FieldProblem] = []
         seen: set[tuple[str, str, str]] = set()

@@ -16,7 +16,8 @@ Outcomes are those of the SDK path (:meth:`proxy.upstream_connection.UpstreamCon
 * the connection failing under the request (reset, refused, closed mid-answer) -> ``-32000``
   (connection closed), which the connection reports as :class:`~proxy.upstream_types.UpstreamGoneError`;
 * a result is checked against the version's result schema and, unless ``isError``, the tool's output
-  schema (``ClientSession.validate_tool_result``), as the SDK client does.
+  schema (``ClientSession.validate_tool_result``), as the SDK client does; a compiled check of the same
+  schema answers first for content that conforms (:mod:`proxy.result_schema`).
 
 An ``InputRequiredResult`` (the upstream needs the client's input) is answered here through the
 same callbacks the SDK client would call (the connection's peer); the call then continues with the
@@ -46,6 +47,7 @@ from pydantic import ValidationError
 
 from proxy import telemetry
 from proxy.lean_http import PlainHttp
+from proxy.result_schema import OutputSchemaCheck
 from proxy.upstream_http import upstream_http_limits
 
 if TYPE_CHECKING:
@@ -125,6 +127,7 @@ class LeanUpstream:
         self.tools = tools
         """The upstream's tool list by name (the upstream's own mapping, updated in place)."""
         self.tap = EnvelopeTap(http)
+        self.output_schema = OutputSchemaCheck()
 
     def takes(
         self,
@@ -166,7 +169,7 @@ class LeanUpstream:
                 request_state=result.request_state,
                 meta=cast("types.RequestParamsMeta", dict(meta)),
             )
-        if not result.is_error:
+        if not result.is_error and not self.output_schema.conforms(connection.session, name, result):
             await connection.session.validate_tool_result(name, result)
         return result
 
