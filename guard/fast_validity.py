@@ -30,10 +30,10 @@ never fetched (``offline=True``).
 strings and 0/1 for booleans. The fast check is strict JSON Schema; strictly valid implies lax-valid
 where more accepting types can only make a schema accept more: ``not``, ``oneOf``, ``if`` and
 ``contains`` (a count) are declined. A numeric bound (``minimum`` and the like) is declined where a
-valid instance may bring a string to it: python-``jsonschema`` would then compare a string with a
-number (a ``TypeError`` in lax mode, not a verdict). It is kept where the schema declares a
-non-string ``type`` or, in an ``anyOf`` branch, where every branch does (a pydantic ``Optional[int]``
-with bounds).
+valid instance may bring a string to it: lax mode bounds a numeric string as its number, where the
+strict fast check leaves a bound on a string unjudged (``{"minimum": 0}`` and ``"-1"``). It is kept
+where the schema declares a non-string ``type`` or, in an ``anyOf`` branch, where every branch does
+(a pydantic ``Optional[int]`` with bounds).
 
 Instances are JSON values as decoded from the wire (``dict``, ``list``, ``str``, ``int``, ``float``,
 ``bool``, ``None``); jsonschema-rs reads a ``tuple`` as an array, python-``jsonschema`` does not.

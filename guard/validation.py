@@ -28,7 +28,7 @@ import functools
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from jsonschema import Draft202012Validator, validators
@@ -95,6 +95,33 @@ def _validator_class(schema: Mapping[str, Any], mode: Mode) -> type[Validator]:
 _LAX: dict[str, type[Validator]] = {}
 
 
+_NUMERIC_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+
+
+def _as_number(instance: Any) -> Any:
+    """A numeric string as the number it holds (what lax mode reads it as); anything else unchanged."""
+    if isinstance(instance, str):
+        if _INTEGER.match(instance) is not None:
+            return int(instance)
+        try:
+            number = float(instance)
+        except ValueError:
+            return instance
+        return number if math.isfinite(number) else instance
+    return instance
+
+
+def _on_number(keyword: Callable[..., Any]) -> Callable[..., Any]:
+    """``keyword`` (a numeric bound or ``multipleOf``) applied to a numeric string as to its number:
+    lax mode lets such a string pass the type check, and the draft's own keyword would then compare
+    a string with a number (a TypeError instead of a verdict)."""
+
+    def check(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        return keyword(validator, value, _as_number(instance), schema)
+
+    return check
+
+
 def _lax_class(base: type[Validator]) -> type[Validator]:
     """The lax variant of a draft's validator class (created once per draft)."""
     key = f"{base.__module__}.{base.__qualname__}"
@@ -102,7 +129,8 @@ def _lax_class(base: type[Validator]) -> type[Validator]:
         checker = base.TYPE_CHECKER.redefine_many(
             {"number": _lax_number, "integer": _lax_integer, "boolean": _lax_boolean}
         )
-        _LAX[key] = validators.extend(base, type_checker=checker)
+        keywords = {k: _on_number(base.VALIDATORS[k]) for k in _NUMERIC_KEYWORDS if k in base.VALIDATORS}
+        _LAX[key] = validators.extend(base, validators=keywords, type_checker=checker)
     return _LAX[key]
 
 
