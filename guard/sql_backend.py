@@ -110,7 +110,8 @@ class SqlBackend:
         self._begin_mark = 0
         self._log = LOG if self.dialect == "sqlite" else f"pg_temp.{LOG}"
         # Built once: a new text() per call is parsed for its binds and keyed for the compiled cache
-        # anew (issue 18: a participant runs both for every watched read).
+        # anew (issue 18: a participant runs both for every watched read). On SQLite the same text
+        # runs on the DBAPI connection (:meth:`_read_log`).
         self._mark_sql = sa.text(f"SELECT COALESCE(MAX(id), 0) FROM {self._log}")  # noqa: S608 - constant table name
         self._after_sql = sa.text(
             f"SELECT tbl, op, before, after FROM {self._log} WHERE id > :mark ORDER BY id"  # noqa: S608
@@ -230,8 +231,27 @@ class SqlBackend:
         return count if isinstance(count, int) else None
 
     def _mark(self) -> int:
-        value: int | None = self.connection.execute(self._mark_sql).scalar_one()
+        ((value,),) = self._read_log(self._mark_sql, {})
         return int(value or 0)
+
+    def _read_log(self, statement: sa.TextClause, params: dict[str, Any]) -> Sequence[Sequence[Any]]:
+        """The rows of one read of the change log, in the session's transaction.
+
+        On SQLite it runs on the DBAPI connection, as :meth:`query` does: SQLAlchemy's
+        ``execute`` (compiled-cache lookup, execution context, result object) costs tens of µs a
+        statement, and a watched read runs one or two (issue 18). A database error is raised as
+        the one SQLAlchemy raises for it.
+        """
+        if self.dialect != "sqlite":
+            return self.connection.execute(statement, params).all()
+        raw = self.connection.connection.dbapi_connection
+        if raw is None:
+            raise BackendError("the SQLite connection is closed")
+        try:
+            rows: list[tuple[Any, ...]] = raw.execute(statement.text, params).fetchall()
+        except sqlite3.Error as exc:
+            raise sa.exc.DBAPIError.instance(statement.text, params, exc, sqlite3.Error) from exc
+        return rows
 
     def changes(self, since: str | None = None) -> ChangeSet:
         self._require()
@@ -263,10 +283,8 @@ class SqlBackend:
         self._require()
         if self._quiet is not None and self._quiet == (position, self._change_count()):
             return ChangeSet()
-        mark = position
-        rows = self.connection.execute(self._after_sql, {"mark": mark})
         out = []
-        for raw_table, raw_op, before, after in rows:
+        for raw_table, raw_op, before, after in self._read_log(self._after_sql, {"mark": position}):
             table, op = str(raw_table), cast(Op, str(raw_op).lower())
             before_row = self._image(table, before)
             after_row = self._image(table, after)

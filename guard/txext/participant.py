@@ -258,6 +258,8 @@ class TransactionParticipant:
         reported = carried.reported
         if reported is None:
             reported = await self.access(key, functools.partial(report, self._registry, carried))
+        # The SDK's runner serializes a handler's result inside the chain, so this is its wire dict
+        # (no second dump); a model only comes from a later middleware that answers by itself.
         if isinstance(result, BaseModel):
             result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
         wire = dict(result or {})

@@ -6,8 +6,9 @@ its SQL counted at the connection."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 import anyio.to_thread
@@ -61,13 +62,14 @@ TOOLS = [
 
 
 class Statements:
-    """The SQL the upstream's connection runs (savepoint statements and capture-log reads)."""
+    """The SQL the upstream's connection runs (savepoint statements and capture-log reads), seen by
+    SQLite itself: SqlBackend reads the capture log on the DBAPI connection, past SQLAlchemy's events."""
 
     def __init__(self, connection: sa.Connection) -> None:
         self.seen: list[str] = []
-        sa.event.listen(connection, "before_cursor_execute", self._record)
+        cast(sqlite3.Connection, connection.connection.dbapi_connection).set_trace_callback(self._record)
 
-    def _record(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+    def _record(self, statement: str) -> None:
         self.seen.append(statement.split()[0].upper() + (" LOG" if "_sg_changes" in statement else ""))
 
     def take(self) -> list[str]:
