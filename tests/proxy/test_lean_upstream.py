@@ -13,14 +13,17 @@ import httpx2
 import mcp.types as types
 import pytest
 from mcp import MCPError
+from mcp_types import methods as mcp_methods
+from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from proxy import lean_upstream
 from proxy.lean_upstream import LeanUpstream
 from tests.support.processes import serving
-from tests.support.proxy import ENVELOPE
+from tests.support.proxy import ENVELOPE, MODERN
 
 pytestmark = pytest.mark.anyio
 
@@ -121,3 +124,45 @@ async def test_an_upstream_that_is_gone_is_connection_closed(sender: str) -> Non
     with pytest.raises(MCPError) as caught:
         await call(gone, "ok", sender)
     assert caught.value.code == types.CONNECTION_CLOSED
+
+
+VERSION = MODERN
+RESULTS: list[dict[str, Any]] = [
+    {"content": [{"type": "text", "text": "ok"}], "resultType": "complete"},
+    {"content": [{"type": "text", "text": "ok"}], "structuredContent": {"a": 1}, "isError": False},
+    {"content": "not a list", "resultType": "complete"},
+    {"content": [{"type": "nonsense"}]},
+    {"resultType": "input_required", "inputRequests": {}, "requestState": "s"},
+    {"resultType": "input_required", "inputRequests": "not a map"},
+]
+
+
+def sdk_client_verdict(version: str, raw: dict[str, Any]) -> str | None:
+    """What the SDK client's checks say of a result: None (accepted), or the lean path's message."""
+    try:
+        mcp_methods.validate_server_result("tools/call", version, raw)
+        asks = raw.get("resultType") == "input_required"
+        (types.InputRequiredResult if asks else types.CallToolResult).model_validate(raw, by_name=False)
+    except ValidationError as exc:
+        return f"Invalid tools/call result: {exc}"
+    return None
+
+
+@pytest.mark.parametrize("raw", RESULTS)
+def test_a_result_is_judged_as_the_sdk_client_judges_it(raw: dict[str, Any]) -> None:
+    """The lean path checks a result's schema once the SDK's function has set up the version's
+    adapter; the first result and every later one are accepted or refused as the SDK refuses them."""
+    version = VERSION
+    expected = sdk_client_verdict(version, dict(raw))
+    for _ in range(2):  # the SDK's function on a version's first result, the kept adapter after
+        try:
+            lean_upstream._result(version, dict(raw))
+        except MCPError as exc:
+            assert (exc.code, exc.message) == (types.INVALID_PARAMS, expected)
+        else:
+            assert expected is None
+
+
+def test_an_unknown_version_is_refused_as_the_sdk_refuses_it() -> None:
+    with pytest.raises(ValueError, match="known protocol version"):
+        lean_upstream._result("1999-01-01", dict(RESULTS[0]))
