@@ -38,7 +38,8 @@ pytest:
 # The tests marked slow (minutes, so not in `make pytest`): the Dockerfile's install steps in a clean
 # virtualenv then the proxy started as the image starts it (tests/deploy/test_image.py), and campaigns
 # on a local Ray head equal to the in-process engine's (tests/benchmark/test_ray_engine.py), two proxy
-# replicas sharing Redis (tests/proxy/test_replicas.py).
+# replicas sharing Redis (tests/proxy/test_replicas.py), instructions counted under callgrind
+# (tests/benchmark/test_perf_instructions.py).
 slow-check:
 	$(BIN)/pytest -q -m slow
 

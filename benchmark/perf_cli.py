@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 perf_app = typer.Typer(
     help="Performance: the grading step (envs), the guard core per call (guard-core), the proxy's "
-    "round trips beside its peers (proxy).",
+    "round trips beside its peers (proxy), the instructions a call costs (instructions).",
     no_args_is_help=True,
 )
 
@@ -212,6 +212,47 @@ def proxy(
         per_commit=per_commit,
         fmt=fmt,
     )
+
+
+@perf_app.command("instructions")
+def instructions(
+    calls: Annotated[int, typer.Option("--calls", min=1, help="Counted calls per path and kind.")] = 300,
+    kind: Annotated[
+        list[str] | None,
+        typer.Option("--kind", help="read and/or write (repeatable; default both)."),
+    ] = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Count the CPU instructions a call costs the proxy and the upstream (valgrind's callgrind): direct,
+    through `shadowguard serve` and through the bare relay (the floor). Unlike time, the counts do not
+    move with the host's speed or load."""
+    from benchmark.perf_instructions import INSTRUCTIONS_FIELDS, measure_instructions
+    from benchmark.perf_proxy import ProxyBenchError
+
+    console = Console(stderr=fmt is Format.json)
+    with Progress(TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as progress:
+        task = progress.add_task("perf instructions", total=None)
+        try:
+            rows = measure_instructions(
+                calls,
+                kinds=kind or ("read", "write"),
+                on_progress=lambda text: progress.update(task, description=f"perf instructions: {text}"),
+            )
+        except ProxyBenchError as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(1) from exc
+    if fmt is Format.json:
+        _print_json({"rows": [{f: getattr(r, f) for f in INSTRUCTIONS_FIELDS} for r in rows]})
+        return
+    table = RichTable(title=f"Instructions per call (callgrind, one client, {calls} counted calls)")
+    for header in ("path", "kind", "proxy", "upstream"):
+        table.add_column(header, justify="left" if header in ("path", "kind") else "right")
+    for r in rows:
+        proxy = (
+            "" if r.proxy_instructions_per_call is None else f"{r.proxy_instructions_per_call / 1e6:.3f} M"
+        )
+        table.add_row(r.path, r.kind, proxy, f"{r.upstream_instructions_per_call / 1e6:.3f} M")
+    console.print(table)
 
 
 def _perf_guard_core(
