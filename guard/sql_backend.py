@@ -105,7 +105,9 @@ class SqlBackend:
         self.dialect = connection.dialect.name
         self._outer: sa.Transaction | None = None
         self._session: sa.NestedTransaction | None = None
-        self._savepoints: dict[str, tuple[sa.NestedTransaction, int]] = {}
+        self._savepoints: dict[str, tuple[sa.NestedTransaction | None, int]] = {}
+        """Open savepoint -> (SQLAlchemy's nested transaction, None on SQLite: :meth:`_sqlite_point`;
+        the change log's position when it opened)."""
         self._names = itertools.count(1)
         self._begin_mark = 0
         self._log = LOG if self.dialect == "sqlite" else f"pg_temp.{LOG}"
@@ -200,8 +202,27 @@ class SqlBackend:
     def savepoint(self) -> str:
         self._require()
         name = f"sp{next(self._names)}"
-        self._savepoints[name] = (self.connection.begin_nested(), self._mark())
+        if self.dialect == "sqlite":
+            self._sqlite_point("SAVEPOINT", name)
+            self._savepoints[name] = (None, self._mark())
+        else:
+            self._savepoints[name] = (self.connection.begin_nested(), self._mark())
         return name
+
+    def _sqlite_point(self, verb: str, name: str) -> None:
+        """``SAVEPOINT``, ``RELEASE`` or ``ROLLBACK TO`` one of this session's savepoints on SQLite,
+        on the DBAPI connection: ``begin_nested`` names each savepoint anew, so SQLAlchemy compiled two
+        new statements per guarded call (about 60 µs, against 3 µs here; issue 18). They nest inside
+        the session's own nested transaction, which SQLAlchemy keeps; a tool's own ``begin_nested``
+        inside one nests in it as before. A database error is raised as the one SQLAlchemy raises."""
+        raw = self.connection.connection.dbapi_connection
+        if raw is None:
+            raise BackendError("the SQLite connection is closed")
+        text = f'{verb} "sg{id(self):x}_{name}"'  # this backend's own: two on one connection differ
+        try:
+            raw.execute(text)
+        except sqlite3.Error as exc:
+            raise sa.exc.DBAPIError.instance(text, {}, exc, sqlite3.Error) from exc
 
     def _close(self, savepoint: str, keep: bool) -> None:
         if savepoint not in self._savepoints:
@@ -211,7 +232,11 @@ class SqlBackend:
         order = sorted(self._savepoints, key=lambda n: int(n[2:]), reverse=True)
         for name in order[: order.index(savepoint) + 1]:
             nested, _ = self._savepoints.pop(name)
-            if keep:
+            if nested is None:
+                if not keep:
+                    self._sqlite_point("ROLLBACK TO", name)
+                self._sqlite_point("RELEASE", name)
+            elif keep:
                 nested.commit()
             else:
                 nested.rollback()
