@@ -149,6 +149,16 @@ class _Answer:
         self.complete = True
 
 
+def _headers(raw: list[tuple[str, str]]) -> dict[str, str]:
+    """An answer's headers by lower-case name, a repeated one's values joined with ", " (what
+    ``httpx2.Headers`` answers for a name), without building an ``httpx2.Headers`` per call (issue 18)."""
+    headers: dict[str, str] = {}
+    for name, value in raw:
+        key = name.lower()
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    return headers
+
+
 class PlainResponse:
     """An answer whose status and headers have been read; read its body with :meth:`read` or
     :meth:`iter_lines`, then :meth:`close` it (the connection is kept only if the answer was read
@@ -159,7 +169,8 @@ class PlainResponse:
         self._connection: _Connection | None = connection
         self._answer = answer
         self.status_code = answer.status_code
-        self.headers = httpx2.Headers(answer.headers)
+        self.headers = _headers(answer.headers)
+        """By lower-case name, repeated ones joined with ", " (as ``httpx2.Headers`` answers them)."""
         self._encoded = "content-encoding" in self.headers  # not asked for, but possible
 
     async def read(self) -> bytes:
@@ -180,7 +191,7 @@ class PlainResponse:
     def _as_httpx(self) -> httpx2.Response:
         """An ``httpx2.Response`` that streams the rest of the body from this connection, so that
         decoding, charset and line splitting are httpx's own."""
-        return httpx2.Response(self.status_code, headers=self.headers, stream=_Body(self))
+        return httpx2.Response(self.status_code, headers=self._answer.headers, stream=_Body(self))
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives (what is already read first)."""
@@ -300,8 +311,8 @@ class PlainHttp:
             raise
         response = PlainResponse(self, connection, answer)
         if "set-cookie" in response.headers:
-            request = httpx2.Request("POST", self.url)
-            jarred = httpx2.Response(response.status_code, headers=response.headers, request=request)
+            request = httpx2.Request("POST", self.url)  # the cookies one by one, not joined
+            jarred = httpx2.Response(response.status_code, headers=answer.headers, request=request)
             self.client.cookies.extract_cookies(jarred)
         return response
 

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from proxy import lean_http
 from proxy.lean_http import PlainHttp
 from proxy.upstream_http import upstream_http_client, upstream_http_limits
 from tests.support.processes import serving
@@ -43,6 +44,7 @@ async def echo(request: Request) -> Response:
 async def cookie(request: Request) -> Response:
     response = JSONResponse({"ok": True})
     response.set_cookie("lb", "replica-2")
+    response.set_cookie("zone", "b")  # two Set-Cookie headers: each is its own cookie
     return response
 
 
@@ -145,6 +147,7 @@ async def test_a_cookie_goes_into_the_clients_jar_and_then_httpx_sends(base: str
         await post(http)
         await http.aclose()
         assert client.cookies.get("lb") == "replica-2"
+        assert client.cookies.get("zone") == "b"
         assert not http.takes(10)
 
 
@@ -297,3 +300,9 @@ async def test_a_request_written_on_a_kept_alive_connection_whose_answer_was_los
             await http.aclose()
     assert server.bodies == [b'{"n": 1}', b'{"n": 2}']
     assert server.accepted == 1
+
+
+def test_an_answers_headers_are_read_by_lower_case_name_repeated_ones_joined() -> None:
+    raw = [("Content-Type", "application/json"), ("X-Tag", "a"), ("x-tag", "b")]
+    assert lean_http._headers(raw) == dict(httpx2.Headers(raw).items())
+    assert lean_http._headers(raw) == {"content-type": "application/json", "x-tag": "a, b"}
