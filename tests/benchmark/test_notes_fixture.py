@@ -4,9 +4,8 @@ rows nor logged changes, and the transaction goes on; outside one, a call commit
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from sqlalchemy.pool import NullPool
 
 from benchmark.fixtures.notes_server import SEED, ToolFailed, call_scope, create_engine, notes, run_tool
 from guard.sql_backend import SqlBackend
+from tests.support.guardcore import postgresql_schema
 from tests.support.services import pg_engine_url, require_postgres
 
 Connect = Callable[[], AbstractContextManager[sa.Connection]]
@@ -32,22 +32,12 @@ def connect(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Connect]
     require_postgres()
     engine = sa.create_engine(pg_engine_url(), poolclass=NullPool)
 
-    @contextmanager
-    def in_schema() -> Iterator[sa.Connection]:
-        schema = f"sg_notes_{uuid.uuid4().hex[:12]}"
-        with engine.connect() as conn:
-            conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-            conn.exec_driver_sql(f'SET search_path TO "{schema}"')
-            notes.create(conn)
-            conn.execute(notes.insert(), SEED)
-            conn.commit()
-            try:
-                yield conn
-            finally:
-                if conn.in_transaction():
-                    conn.rollback()
-                conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
-                conn.commit()
+    def seeded(conn: sa.Connection) -> None:
+        notes.create(conn)
+        conn.execute(notes.insert(), SEED)
+
+    def in_schema() -> AbstractContextManager[sa.Connection]:
+        return postgresql_schema(engine, seeded, prefix="sg_notes")
 
     yield in_schema
     engine.dispose()

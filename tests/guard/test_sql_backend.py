@@ -9,9 +9,8 @@ the model, ``changes()`` netted equals the model's difference from the initial s
 from __future__ import annotations
 
 import sqlite3
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -19,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy.pool import NullPool, StaticPool
+from sqlalchemy.pool import NullPool
 
 from guard.backend import Backend, BackendError
 from guard.models import ChangeSet, Op, RowChange
@@ -27,7 +26,7 @@ from guard.pg_capture import CAPTURE_SETTING
 from guard.sql_backend import SqlBackend
 from guard.sqlite_capture import LOG, connection_capture
 from guard.sqltext import SqlTextError
-from tests.support.guardcore import keyed_table, text_column
+from tests.support.guardcore import keyed_table, postgresql_schema, sqlite_memory, text_column
 from tests.support.services import pg_engine_url, require_postgres
 
 metadata = sa.MetaData()
@@ -110,35 +109,14 @@ def partial_values(table: str) -> st.SearchStrategy[Row]:
 
 
 # -- databases -------------------------------------------------------------------------------------
-@contextmanager
-def sqlite_connection() -> Iterator[sa.Connection]:
+def sqlite_connection() -> AbstractContextManager[sa.Connection]:
     """The plain pysqlite engine a user would create; one in-memory database per example."""
-    engine = sa.create_engine("sqlite://", poolclass=StaticPool)
-    try:
-        with engine.connect() as conn:
-            metadata.create_all(conn)
-            conn.commit()
-            yield conn
-    finally:
-        engine.dispose()
+    return sqlite_memory(metadata)
 
 
-@contextmanager
-def postgresql_connection(engine: sa.Engine) -> Iterator[sa.Connection]:
+def postgresql_connection(engine: sa.Engine) -> AbstractContextManager[sa.Connection]:
     """A throwaway schema per example, dropped afterwards."""
-    schema = f"sg_test_{uuid.uuid4().hex[:12]}"
-    with engine.connect() as conn:
-        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-        conn.execute(sa.text(f'SET search_path TO "{schema}"'))
-        metadata.create_all(conn)
-        conn.commit()
-        try:
-            yield conn
-        finally:
-            if conn.in_transaction():
-                conn.rollback()
-            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
-            conn.commit()
+    return postgresql_schema(engine, metadata.create_all)
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])

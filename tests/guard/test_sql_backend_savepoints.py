@@ -8,10 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.pool import StaticPool
 
 from guard.sql_backend import SqlBackend
-from tests.support.guardcore import keyed_table, text_column
+from tests.support.guardcore import keyed_table, sqlite_memory, text_column
 
 metadata = sa.MetaData()
 items = keyed_table("items", metadata, text_column("name"), key=sa.Text)
@@ -19,14 +18,8 @@ items = keyed_table("items", metadata, text_column("name"), key=sa.Text)
 
 @pytest.fixture
 def conn() -> Iterator[sa.Connection]:
-    engine = sa.create_engine("sqlite://", poolclass=StaticPool)  # the plain engine a user creates
-    try:
-        with engine.connect() as connection:
-            metadata.create_all(connection)
-            connection.commit()
-            yield connection
-    finally:
-        engine.dispose()
+    with sqlite_memory(metadata) as connection:  # the plain engine a user creates
+        yield connection
 
 
 def names(conn: sa.Connection) -> list[str]:

@@ -3,7 +3,8 @@ SQLite (one in-memory connection), a handful of tools over it, and a pack writte
 
 Nothing here reads the benchmark data bundle, so tests on it run wherever the package installs.
 
-Also a bare ``notes`` table (id, body) for tests of the guard's database handling.
+Also a bare ``notes`` table (id, body) for tests of the guard's database handling, and the databases
+those tests run on: :func:`sqlite_memory` and :func:`postgresql_schema`.
 
 Tools: ``get_order`` (read), ``cancel_order`` (write: status to ``cancelled``; an error result for an
 unknown order), ``set_total`` (write: the order's total), ``add_order`` (write: a new order row).
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Iterator, Mapping
+import uuid
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +38,40 @@ def keyed_table(
     """A table ``name`` in ``metadata`` whose primary key is an ``id`` of type ``key`` that the test
     chooses (never autoincremented), followed by ``columns``."""
     return sa.Table(name, metadata, sa.Column("id", key, primary_key=True, autoincrement=False), *columns)
+
+
+@contextmanager
+def sqlite_memory(metadata: sa.MetaData) -> Iterator[sa.Connection]:
+    """The plain pysqlite engine a user would create: one in-memory database with ``metadata``'s tables."""
+    engine = sa.create_engine("sqlite://", poolclass=StaticPool)
+    try:
+        with engine.connect() as conn:
+            metadata.create_all(conn)
+            conn.commit()
+            yield conn
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def postgresql_schema(
+    engine: sa.Engine, create: Callable[[sa.Connection], None], prefix: str = "sg_test"
+) -> Iterator[sa.Connection]:
+    """A connection whose ``search_path`` is a throwaway schema that ``create`` fills (its tables and rows,
+    committed); the schema is dropped afterwards, whatever the test left open."""
+    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with engine.connect() as conn:
+        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
+        conn.exec_driver_sql(f'SET search_path TO "{schema}"')
+        create(conn)
+        conn.commit()
+        try:
+            yield conn
+        finally:
+            if conn.in_transaction():
+                conn.rollback()
+            conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
+            conn.commit()
 
 
 def text_column(name: str) -> sa.Column[str]:
