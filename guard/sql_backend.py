@@ -25,6 +25,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, cast
 
 import sqlalchemy as sa
+from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlglot import exp
 
 from guard.backend import BackendError
@@ -215,14 +216,8 @@ class SqlBackend:
         new statements per guarded call (about 60 µs, against 3 µs here; issue 18). They nest inside
         the session's own nested transaction, which SQLAlchemy keeps; a tool's own ``begin_nested``
         inside one nests in it as before. A database error is raised as the one SQLAlchemy raises."""
-        raw = self.connection.connection.dbapi_connection
-        if raw is None:
-            raise BackendError("the SQLite connection is closed")
-        text = f'{verb} "sg{id(self):x}_{name}"'  # this backend's own: two on one connection differ
-        try:
-            raw.execute(text)
-        except sqlite3.Error as exc:
-            raise sa.exc.DBAPIError.instance(text, {}, exc, sqlite3.Error) from exc
+        # The name is this backend's own: two backends on one connection do not share one.
+        self._sqlite_rows(f'{verb} "sg{id(self):x}_{name}"', {})
 
     def _close(self, savepoint: str, keep: bool) -> None:
         if savepoint not in self._savepoints:
@@ -269,13 +264,23 @@ class SqlBackend:
         """
         if self.dialect != "sqlite":
             return self.connection.execute(statement, params).all()
+        return self._sqlite_rows(statement.text, params)
+
+    def _dbapi(self) -> DBAPIConnection:
+        """The SQLite session's DBAPI connection (the statements SQLAlchemy's machinery would cost
+        more than run here, in the same transaction)."""
         raw = self.connection.connection.dbapi_connection
         if raw is None:
             raise BackendError("the SQLite connection is closed")
+        return raw
+
+    def _sqlite_rows(self, text: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """One statement on :meth:`_dbapi`, its rows; a database error is raised as the one
+        SQLAlchemy raises for it."""
         try:
-            rows: list[tuple[Any, ...]] = raw.execute(statement.text, params).fetchall()
+            rows: list[tuple[Any, ...]] = self._dbapi().execute(text, params).fetchall()
         except sqlite3.Error as exc:
-            raise sa.exc.DBAPIError.instance(statement.text, params, exc, sqlite3.Error) from exc
+            raise sa.exc.DBAPIError.instance(text, params, exc, sqlite3.Error) from exc
         return rows
 
     def changes(self, since: str | None = None) -> ChangeSet:
@@ -364,10 +369,7 @@ class SqlBackend:
             nested.rollback()
 
     def _query_sqlite(self, text: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        raw = self.connection.connection.dbapi_connection
-        if raw is None:
-            raise BackendError("the SQLite connection is closed")
-        cursor = raw.cursor()
+        cursor = self._dbapi().cursor()
         try:
             cursor.execute("PRAGMA query_only = ON")
             try:
