@@ -184,7 +184,7 @@ class _EndSessionOnDelete:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] == MCP_PATH:
-            session_id = Headers(scope=scope).get("mcp-session-id")
+            session_id = _session_header(scope)
             if session_id:
                 self.proxy.sessions.renew(session_id, principal_of_scope(scope))
         if scope["type"] != "http" or scope["method"] != "DELETE" or scope["path"] != MCP_PATH:
@@ -202,6 +202,15 @@ class _EndSessionOnDelete:
             await self.proxy.sessions.end(session_id, "closed", principal=principal_of_scope(scope))
         for message in held:
             await send(message)
+
+
+def _session_header(scope: Scope) -> str | None:
+    """The request's first ``Mcp-Session-Id`` header, as starlette's ``Headers.get`` reads it."""
+    headers: list[tuple[bytes, bytes]] = scope["headers"]
+    for key, value in headers:
+        if key == b"mcp-session-id":
+            return value.decode("latin-1")
+    return None
 
 
 class _App(FastAPI):

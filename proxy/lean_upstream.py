@@ -45,7 +45,7 @@ from mcp_types import methods as mcp_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
-from proxy import telemetry
+from proxy import telemetry, wire_json
 from proxy.lean_http import PlainHttp
 from proxy.result_schema import OutputSchemaCheck
 from proxy.upstream_http import upstream_http_limits
@@ -221,7 +221,7 @@ class LeanUpstream:
         }
         try:
             with anyio.fail_after(timeout):
-                content = json.dumps(body).encode()
+                content = wire_json.dumps(body)
                 if self.plain is not None and self.plain.takes(timeout):
                     raw = await self._post_plain(self.plain, content, wire, request_id)
                 else:
@@ -316,8 +316,8 @@ class LeanTxSession:
 
 def _decode(content: bytes) -> dict[str, Any]:
     try:
-        message = json.loads(content)
-    except ValueError as exc:
+        message = wire_json.loads(content)
+    except (ValueError, RecursionError) as exc:
         raise MCPError(code=types.PARSE_ERROR, message=f"Failed to parse JSON response: {exc}") from exc
     if not isinstance(message, dict):
         raise MCPError(code=types.PARSE_ERROR, message="Failed to parse JSON response: not an object")

@@ -22,7 +22,6 @@ the SDK's own. ``proxy.lean_relay: false`` turns the lean relay off.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy import telemetry
+from proxy import telemetry, wire_json
 from proxy.relay import LOG_LEVEL_META_KEY
 
 if TYPE_CHECKING:
@@ -74,6 +73,8 @@ class LeanRelay:
         self.enabled = enabled
         self.calls = 0
         self._security: TransportSecurityMiddleware | None = None
+        self._passed: set[tuple[bytes | None, ...]] = set()
+        """(content type, host, origin) header values the transport security let pass (:meth:`_secure`)."""
         self._stamp: dict[str, Any] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -93,11 +94,22 @@ class LeanRelay:
 
     async def _secure(self, scope: Scope) -> bool:
         """The SDK's transport security (Host and Origin against DNS rebinding) passes; else the SDK
-        app answers the request with its own refusal."""
+        app answers the request with its own refusal.
+
+        Its verdict on a POST depends only on the first Content-Type, Host and Origin headers, so a
+        combination it let pass is remembered (at most :data:`_PASSED_MAX`) and not asked again; one
+        it refuses is asked every time (the SDK logs each refusal)."""
+        key = _security_key(scope["headers"])
+        if key in self._passed:
+            return True
         if self._security is None:
             settings = self.proxy.server.session_manager.security_settings
             self._security = TransportSecurityMiddleware(settings)
-        return await self._security.validate_request(Request(scope), is_post=True) is None
+        if await self._security.validate_request(Request(scope), is_post=True) is not None:
+            return False
+        if len(self._passed) < _PASSED_MAX:
+            self._passed.add(key)
+        return True
 
     def _may_take(self, scope: Scope) -> bool:
         """The request line and headers allow the lean path (the body decides the rest)."""
@@ -127,7 +139,7 @@ class LeanRelay:
         """(request id, ladder verdict, params, capabilities) of a request the lean path answers;
         None: the SDK's (another method, a batch, a refusal of the ladder, a round, ...)."""
         try:
-            decoded = json.loads(body)
+            decoded = wire_json.loads(body)
         except (ValueError, RecursionError):
             return None
         if (
@@ -146,8 +158,7 @@ class LeanRelay:
             return None
         if any(key in params for key in _ROUND_PARAMS) or not self._plain_call(params):
             return None
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        verdict = classify_inbound_request(decoded, headers=headers)
+        verdict = classify_inbound_request(decoded, headers=_ladder_headers(scope["headers"]))
         if not isinstance(verdict, InboundModernRoute):
             return None
         try:
@@ -219,6 +230,31 @@ class LeanRelay:
         return {"jsonrpc": "2.0", "id": request_id, "result": dumped}
 
 
+_LADDER_HEADERS = (b"mcp-protocol-version", b"mcp-method", b"mcp-name")
+
+
+def _ladder_headers(headers: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """The headers ``classify_inbound_request`` reads (protocol version, method, name), by lowercase
+    name, the last of each as a dict of all headers would hold it; the others are not decoded."""
+    return {
+        key.decode("latin-1"): value.decode("latin-1") for key, value in headers if key in _LADDER_HEADERS
+    }
+
+
+_SECURITY_HEADERS = (b"content-type", b"host", b"origin")
+_PASSED_MAX = 64
+"""Header combinations :meth:`LeanRelay._secure` remembers as passed (a deployment sees a handful)."""
+
+
+def _security_key(headers: list[tuple[bytes, bytes]]) -> tuple[bytes | None, ...]:
+    """The first value of each of :data:`_SECURITY_HEADERS` (None: absent), as starlette reads them."""
+    found: dict[bytes, bytes] = {}
+    for key, value in headers:
+        if key in _SECURITY_HEADERS and key not in found:
+            found[key] = value
+    return tuple(found.get(name) for name in _SECURITY_HEADERS)
+
+
 async def answer_call(
     receive: Receive, send: Send, envelope: Callable[[], Awaitable[dict[str, Any]]]
 ) -> None:
@@ -250,8 +286,7 @@ async def answer_call(
         return
     async with reply.lock:  # a ping being written is written whole first
         watch.cancel()
-        data = json.dumps(answer, separators=(",", ":"))
-        event = f"event: message\r\ndata: {data}\r\n\r\n".encode()
+        event = b"event: message\r\ndata: " + wire_json.dumps(answer) + b"\r\n\r\n"
         await send({"type": "http.response.body", "body": event, "more_body": False})
 
 
@@ -320,7 +355,7 @@ async def _write_json(envelope: dict[str, Any], send: Send) -> None:
     """As the SDK writes a modern answer: compact JSON, the error code's HTTP status."""
     error = envelope.get("error")
     status = ERROR_CODE_HTTP_STATUS.get(error["code"], 200) if error is not None else 200
-    body = json.dumps(envelope, separators=(",", ":")).encode()
+    body = wire_json.dumps(envelope)
     headers = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -188,6 +188,12 @@ UNKNOWN_TOOL_LABEL = "(unknown)"
 """The ``tool`` label of calls refused because no upstream serves the name."""
 
 
+_CALL_SERIES: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+"""(tool, effect, verdict) -> its ``TOOL_CALLS`` and ``CALL_SECONDS`` series, looked up once (as
+:data:`_RELAY_PATHS`): ``labels()`` checks and locks on every call. Bounded as the series are: the
+tool is a served name or :data:`UNKNOWN_TOOL_LABEL`, effect and verdict are enums."""
+
+
 def record_call(outcome: ToolOutcome) -> None:
     """Count one decided call and annotate the current span with what the guard did."""
     tool, effect, verdict = outcome.call.tool, outcome.effect.value, outcome.verdict.value
@@ -195,8 +201,14 @@ def record_call(outcome: ToolOutcome) -> None:
         # A name no upstream serves is the caller's text: as a label it would let anyone add series
         # without bound (and one that is not valid Unicode would break the exposition).
         tool = UNKNOWN_TOOL_LABEL
-    TOOL_CALLS.labels(tool=tool, effect=effect, verdict=verdict).inc()
-    CALL_SECONDS.labels(tool=tool, effect=effect).observe(max(outcome.duration_ms, 0.0) / 1000)
+    counted = _CALL_SERIES.get((tool, effect, verdict))
+    if counted is None:
+        counted = _CALL_SERIES[(tool, effect, verdict)] = (
+            TOOL_CALLS.labels(tool=tool, effect=effect, verdict=verdict),
+            CALL_SECONDS.labels(tool=tool, effect=effect),
+        )
+    counted[0].inc()
+    counted[1].observe(max(outcome.duration_ms, 0.0) / 1000)
     if outcome.error_class is not None:
         TOOL_ERRORS.labels(tool=tool, error_class=outcome.error_class).inc()
     if outcome.verdict in _COUNTED:
