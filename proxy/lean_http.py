@@ -26,7 +26,7 @@ What the upstream and the caller see is what the ``httpx2`` client (proxy.upstre
 
 The connections are asyncio protocols (the proxy runs on asyncio: uvicorn): anyio's socket streams
 re-arm the reader and yield to the loop on every send and receive, which the profile showed too.
-A read timeout is the caller's (the lean path's ``fail_after`` around the whole request, which is
+A read timeout is the caller's (the lean path's ``asyncio.timeout`` around the whole request, which is
 shorter than the client's read timeout: :meth:`takes` checks).
 """
 

@@ -29,13 +29,13 @@ is left to the SDK client (decided before anything is sent).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-import anyio
 import httpx2
 import mcp.types as types
 from mcp import MCPError
@@ -220,7 +220,9 @@ class LeanUpstream:
             **(headers or {}),
         }
         try:
-            with anyio.fail_after(timeout):
+            # asyncio's own timeout, not anyio's fail_after: a fifth of the instructions (issue 18), and
+            # its one cancellation leaves httpcore's cleanup after it alone (anyio's is re-delivered).
+            async with asyncio.timeout(timeout):
                 content = wire_json.dumps(body)
                 if self.plain is not None and self.plain.takes(timeout):
                     raw = await self._post_plain(self.plain, content, wire, request_id)
