@@ -40,9 +40,14 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = _content_length(scope)
+        declared, chunked = _framing(scope)
         if declared is not None and declared > self.limit:
             await _refuse(send, BodyTooLarge(declared, self.limit, declared=True))
+            return
+        if declared is not None and not chunked:
+            # The HTTP server hands over exactly the declared length (the rest would be the next
+            # request on the connection), so there is nothing to count.
+            await self.app(scope, receive, send)
             return
         seen = 0
         started = refused = False
@@ -79,14 +84,21 @@ class BodyLimit:
             logger.info("request refused over %s; the application stopped with %r", CONFIG_KEY, exc)
 
 
-def _content_length(scope: Scope) -> int | None:
+def _framing(scope: Scope) -> tuple[int | None, bool]:
+    """The request's ``Content-Length`` (None: absent or not a number) and whether it also names a
+    ``Transfer-Encoding`` (then the length does not frame the body)."""
+    length: int | None = None
+    seen_length = chunked = False
     for name, value in scope.get("headers", ()):
-        if name == b"content-length":
+        if name == b"content-length" and not seen_length:
+            seen_length = True
             try:
-                return int(value)
+                length = int(value)
             except ValueError:
-                return None
-    return None
+                length = None
+        elif name == b"transfer-encoding":
+            chunked = True
+    return length, chunked
 
 
 async def _refuse(send: Send, exc: BodyTooLarge) -> None:
