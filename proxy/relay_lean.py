@@ -50,6 +50,8 @@ logger = logging.getLogger(__name__)
 
 SSE_COMMIT_S = 15.0
 """A call not answered within this long commits to SSE and pings (the SDK's ``_SSE_PING_INTERVAL``)."""
+WATCH_AFTER_S = 0.05
+"""A call still running after this long gets a watch over its client (:func:`answer_call`)."""
 _ROUND_CAPABILITIES = ("elicitation", "sampling", "roots")
 _ROUND_PARAMS = ("inputResponses", "requestState")
 _PROGRESS_KEYS = ("progressToken", "progress_token")
@@ -264,28 +266,43 @@ async def answer_call(
 
     The watch over the client (and the pings) is a plain asyncio task, not an anyio task group with
     the call in a second task: on issue 18's profile that structure cost about 90 µs a call, against
-    about 10 µs for this one. The watch cancels the call through an anyio cancel scope, so shielded
-    scopes within the call (a sessionless read's rollback) hold; it runs no anyio code itself, so
-    cancelling it natively is safe."""
+    about 10 µs for this one. It starts only once the call has run :data:`WATCH_AFTER_S` (a timer
+    until then): most calls are answered sooner and need no task at all, and a client that left in
+    the meantime is noticed as soon as it starts (its ``receive`` answers the disconnect at once).
+    The watch cancels the call through an anyio cancel scope, so shielded scopes within the call (a
+    sessionless read's rollback) hold; it runs no anyio code itself, so cancelling it natively is safe."""
     reply = _Reply(send)
     call = anyio.CancelScope()
-    watch = asyncio.get_running_loop().create_task(_watch(receive, call, reply))
-    watch.add_done_callback(_watch_ended)
+    loop = asyncio.get_running_loop()
+    delay = min(WATCH_AFTER_S, SSE_COMMIT_S)
+    watches: list[asyncio.Task[None]] = []
+
+    def start_watch() -> None:
+        watch = loop.create_task(_watch(receive, call, reply, SSE_COMMIT_S - delay))
+        watch.add_done_callback(_watch_ended)
+        watches.append(watch)
+
+    timer = loop.call_later(delay, start_watch)
     answer: dict[str, Any] | None = None
     try:
         with call:
             answer = await envelope()
     except BaseException:
-        watch.cancel()
+        timer.cancel()
+        for watch in watches:
+            watch.cancel()
         raise
+    timer.cancel()
     if answer is None:
         return  # the client went away (the watch cancelled the call, then ended)
     if not reply.sse:
-        watch.cancel()  # it wrote nothing, and a cancelled task never resumes to write
+        for watch in watches:
+            watch.cancel()  # it wrote nothing, and a cancelled task never resumes to write
         await _write_json(answer, send)
         return
     async with reply.lock:  # a ping being written is written whole first
-        watch.cancel()
+        for watch in watches:
+            watch.cancel()
         event = b"event: message\r\ndata: " + wire_json.dumps(answer) + b"\r\n\r\n"
         await send({"type": "http.response.body", "body": event, "more_body": False})
 
@@ -299,12 +316,13 @@ class _Reply:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
-async def _watch(receive: Receive, call: anyio.CancelScope, reply: _Reply) -> None:
-    """Cancels ``call`` when the client disconnects; each :data:`SSE_COMMIT_S` without that, commits
-    the response to SSE (the first time) and pings."""
+async def _watch(receive: Receive, call: anyio.CancelScope, reply: _Reply, first_s: float) -> None:
+    """Cancels ``call`` when the client disconnects; ``first_s`` and then each :data:`SSE_COMMIT_S`
+    without that, commits the response to SSE (the first time) and pings."""
+    wait_s = first_s
     while True:
         try:
-            async with asyncio.timeout(SSE_COMMIT_S):
+            async with asyncio.timeout(wait_s):
                 while (await receive())["type"] != "http.disconnect":
                     pass  # pragma: no cover
         except TimeoutError:
@@ -313,6 +331,7 @@ async def _watch(receive: Receive, call: anyio.CancelScope, reply: _Reply) -> No
                     reply.sse = True
                     await reply.send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
                 await reply.send({"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True})
+            wait_s = SSE_COMMIT_S
             continue
         call.cancel()
         return
@@ -361,4 +380,4 @@ async def _write_json(envelope: dict[str, Any], send: Send) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-__all__ = ["SSE_COMMIT_S", "LeanRelay", "answer_call"]
+__all__ = ["SSE_COMMIT_S", "WATCH_AFTER_S", "LeanRelay", "answer_call"]

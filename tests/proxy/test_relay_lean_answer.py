@@ -124,8 +124,9 @@ async def test_a_failing_call_raises_and_stops_the_watch(monkeypatch: pytest.Mon
 
 
 async def test_a_watch_that_fails_is_logged_and_the_call_still_answers(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(relay_lean, "WATCH_AFTER_S", 0.0)
     client = Client()
 
     async def broken_receive() -> dict[str, Any]:
@@ -139,3 +140,32 @@ async def test_a_watch_that_fails_is_logged_and_the_call_still_answers(
     assert json.loads(client.sent[1]["body"]) == ANSWER
     [record] = [r for r in caplog.records if "watch over a client failed" in r.getMessage()]
     assert record.exc_info is not None and "the transport broke" in str(record.exc_info[1])
+
+
+async def test_a_quick_call_starts_no_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[str] = []
+    monkeypatch.setattr(relay_lean, "_watch_ended", lambda watch: started.append("watch"))
+    client = Client()
+
+    async def envelope() -> dict[str, Any]:
+        await anyio.sleep(0)
+        return ANSWER
+
+    await answer_call(client.receive, client.send, envelope)  # type: ignore[arg-type]
+    await anyio.sleep(relay_lean.WATCH_AFTER_S * 2)  # the timer, had it been left, would fire
+    assert started == [] and json.loads(client.sent[1]["body"]) == ANSWER
+
+
+async def test_a_client_gone_before_the_watch_starts_is_noticed_when_it_does() -> None:
+    client = Client()
+    client.leave()
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+
+    async def envelope() -> dict[str, Any]:
+        await anyio.sleep(5)
+        return ANSWER
+
+    with anyio.fail_after(2):
+        await answer_call(client.receive, client.send, envelope)  # type: ignore[arg-type]
+    assert client.sent == [] and loop.time() - began >= relay_lean.WATCH_AFTER_S
