@@ -35,8 +35,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -378,24 +377,27 @@ class Relay:
             "message_handler": message,
         }
 
-    @asynccontextmanager
-    async def forwarding(
-        self, connection: UpstreamConnection
-    ) -> AsyncIterator[tuple[ProgressFnT | None, dict[str, Any]]]:
+    def forwarding(self, connection: UpstreamConnection) -> _Forwarding:
         """While ``connection`` serves the current agent request: its progress callback and the
         log-level opt-in for a 2026-07-28 upstream; the upstream's requests go to that agent."""
-        ctx = _agent_request.get()
-        if ctx is None:
-            yield None, {}
-            return
+        return _Forwarding(self, connection)
+
+    def _enter_forwarding(
+        self, connection: UpstreamConnection, ctx: Ctx
+    ) -> tuple[ProgressFnT | None, dict[str, Any]]:
         waiting = self._in_flight.setdefault(connection, [])
         waiting.append(ctx)
         try:
-            yield self._progress(ctx), self._log_opt_in(ctx, connection)
-        finally:
-            waiting.remove(ctx)
-            if not waiting:
-                del self._in_flight[connection]
+            return self._progress(ctx), self._log_opt_in(ctx, connection)
+        except BaseException:
+            self._leave_forwarding(connection, ctx)
+            raise
+
+    def _leave_forwarding(self, connection: UpstreamConnection, ctx: Ctx) -> None:
+        waiting = self._in_flight[connection]
+        waiting.remove(ctx)
+        if not waiting:
+            del self._in_flight[connection]
 
     @staticmethod
     def _progress(ctx: Ctx) -> ProgressFnT | None:
@@ -557,6 +559,30 @@ class Relay:
             connection = await upstream.shared_connection()
             if connection.client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
                 await connection.session.send_notification(types.RootsListChangedNotification())
+
+
+class _Forwarding:
+    """:meth:`Relay.forwarding`: a class rather than an ``asynccontextmanager``, whose async generator
+    costs an asyncio hook and a weak reference on every forwarded call (issue 18's profile)."""
+
+    __slots__ = ("_connection", "_ctx", "_relay")
+
+    def __init__(self, relay: Relay, connection: UpstreamConnection) -> None:
+        self._relay, self._connection = relay, connection
+        self._ctx: Ctx | None = None
+
+    async def __aenter__(self) -> tuple[ProgressFnT | None, dict[str, Any]]:
+        ctx = _agent_request.get()
+        if ctx is None:
+            return None, {}
+        entered = self._relay._enter_forwarding(self._connection, ctx)
+        self._ctx = ctx
+        return entered
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._ctx is not None:
+            self._relay._leave_forwarding(self._connection, self._ctx)
+            self._ctx = None
 
 
 __all__ = ["EXECUTION_META_KEY", "Relay", "RelayServer"]

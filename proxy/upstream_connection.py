@@ -10,8 +10,8 @@ session reconnects. Which connections exist, and who shares them, is :class:`pro
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, cast
 
 import anyio
@@ -51,9 +51,17 @@ class ConnectionPeer(Protocol):
     ) -> AbstractAsyncContextManager[tuple[ProgressFnT | None, dict[str, Any]]]: ...
 
 
-@asynccontextmanager
-async def _no_forwarding() -> AsyncIterator[tuple[ProgressFnT | None, dict[str, Any]]]:
-    yield None, {}
+class _NoForwarding:
+    """:meth:`UpstreamConnection.forwarding` of a connection without a peer: nothing to relay."""
+
+    async def __aenter__(self) -> tuple[ProgressFnT | None, dict[str, Any]]:
+        return None, {}
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+
+_no_forwarding = _NoForwarding
 
 
 def is_connection_lost(exc: BaseException) -> bool:
