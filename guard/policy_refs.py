@@ -76,7 +76,12 @@ def _cross_check(
 
 
 def _load_module(spec: str, base: Path | None, fail: Callable[[str], PolicyError]) -> Any:
-    """The pack's Python module: a ``.py`` file beside the YAML, or an importable module name."""
+    """The pack's Python module: a ``.py`` file beside the YAML, or an importable module name.
+
+    The file may be a package's ``__init__.py`` (``checks/__init__.py``), whose modules import each
+    other relatively. Every load runs the files as they are now: the package's modules from an earlier
+    load of the same file are dropped first, as the single file is run again.
+    """
     if spec.endswith(".py"):
         candidate = (base / spec) if base is not None else Path(spec)
         if not candidate.is_file():
@@ -87,17 +92,24 @@ def _load_module(spec: str, base: Path | None, fail: Callable[[str], PolicyError
         if module_spec is None or module_spec.loader is None:
             raise fail(f"cannot load module file {str(candidate)!r}")
         module = importlib.util.module_from_spec(module_spec)
+        _forget_module(name)
         sys.modules[name] = module
         try:
             module_spec.loader.exec_module(module)
         except Exception as exc:
-            del sys.modules[name]
+            _forget_module(name)
             raise fail(f"module {spec!r} failed to import: {type(exc).__name__}: {exc}") from exc
         return module
     try:
         return importlib.import_module(spec)
     except ImportError as exc:
         raise fail(f"module {spec!r} not found ({exc})") from exc
+
+
+def _forget_module(name: str) -> None:
+    """Drop the module ``name`` and, for a package, its modules from ``sys.modules``."""
+    for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+        del sys.modules[loaded]
 
 
 def _check_tool_names(model: PolicyPackModel, known: set[str], fail: _Fail) -> None:

@@ -66,7 +66,8 @@ _MATCH_SCAN = 200
 
 
 def policy_version(pack: PolicyPack) -> str:
-    """``sha256:`` over the pack's validated content and its Python module file, if it has one.
+    """``sha256:`` over the pack's validated content and its Python module file, if it has one (for a
+    package's ``__init__.py``, every ``.py`` file of the package).
 
     The model's canonical JSON is hashed rather than the YAML text, so comments and layout do not
     invalidate approvals; anything that can change a verdict (a rule, a threshold, a check's SQL or
@@ -78,8 +79,14 @@ def policy_version(pack: PolicyPack) -> str:
     module = pack.model.module
     if module is not None and module.endswith(".py"):
         base = pack.path.parent if pack.path is not None else Path.cwd()
+        path = base / module
         digest.update(b"\0module\0")
-        digest.update((base / module).read_bytes())
+        digest.update(path.read_bytes())
+        if path.name == "__init__.py":
+            for part in sorted(path.parent.rglob("*.py")):
+                if part != path:
+                    digest.update(b"\0" + part.relative_to(path.parent).as_posix().encode() + b"\0")
+                    digest.update(part.read_bytes())
     return "sha256:" + digest.hexdigest()
 
 

@@ -5,10 +5,13 @@ schema (tests/support/packs.py) or the demo app.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
+from guard.checks import PythonCheck
 from guard.models import EffectClass
 from guard.policy import PolicyError, load_policy
 from tests.support.packs import ARGUMENTS, EXAMPLE_PACK, SCHEMA, pack_error, write_pack
@@ -69,6 +72,45 @@ def test_python_module_missing_or_broken(tmp_path: Path, module: str, fragments:
     error = pack_error(write_pack(tmp_path, pack.replace("{module}", module)))
     assert error.line == 3
     assert all(fragment in str(error) for fragment in fragments), str(error)
+
+
+PACKAGE_PACK = """
+    name: package
+    module: checks/__init__.py
+    checks:
+      - id: c
+        phase: at_commit
+        message: m
+        source: {ref: s}
+        python: found
+    """
+
+
+def _package(folder: Path, found: str) -> None:
+    """``checks/``: the check in ``rules.py``, re-exported by ``__init__.py`` with a relative import."""
+    folder.mkdir(exist_ok=True)
+    (folder / "__init__.py").write_text("from .rules import found\n\n__all__ = ['found']\n", encoding="utf-8")
+    (folder / "rules.py").write_text(f"def found(ctx):\n    return {found}\n", encoding="utf-8")
+
+
+def _run_found(path: Path) -> object:
+    check = load_policy(path).checks[0]
+    assert isinstance(check, PythonCheck)
+    return check.function(cast(Any, None))
+
+
+def test_python_module_may_be_a_package_run_afresh_on_each_load(tmp_path: Path) -> None:
+    """A package's ``__init__.py`` loads with its relative imports; loading it again runs the package's
+    modules as they are now (as a single file is), and a broken one leaves none of them behind."""
+    path = write_pack(tmp_path, PACKAGE_PACK)
+    _package(tmp_path / "checks", "['first']")
+    assert _run_found(path) == ["first"]
+    _package(tmp_path / "checks", "['second']")
+    assert _run_found(path) == ["second"]
+    (tmp_path / "checks" / "rules.py").write_text("raise RuntimeError('boom in rules')\n", encoding="utf-8")
+    error = pack_error(path)
+    assert error.line == 2 and "RuntimeError: boom in rules" in str(error), str(error)
+    assert not [m for m in sys.modules if m.startswith("shadowguard_policy_") and m.endswith(".rules")]
 
 
 def test_unreadable_file_is_refused_naming_it(tmp_path: Path) -> None:

@@ -152,7 +152,8 @@ def test_pack_names_no_record_or_task(spec: Spec) -> None:
     """Identifiers appear only as the policy's formats (ENG-####### ...), never as a record's id."""
     ids = re.compile(spec.record_ids)
     folder = POLICIES / spec.domain
-    for path in (folder / "policy.yaml", folder / "checks.py"):
+    checks = sorted((folder / "checks").glob("*.py")) or [folder / "checks.py"]
+    for path in (folder / "policy.yaml", *checks):
         assert not ids.search(path.read_text(encoding="utf-8")), f"{path} names a record or task"
 
 

@@ -515,3 +515,16 @@ def test_policy_version_covers_the_module_file(tmp_path: Path) -> None:
     assert first == policy_version(PolicyPack(model=model, path=tmp_path / "p.yaml"))
     module.write_text("def ok(ctx):\n    return ['changed']\n")
     assert policy_version(PolicyPack(model=model, path=tmp_path / "p.yaml")) != first
+
+
+def test_policy_version_covers_every_file_of_a_package_module(tmp_path: Path) -> None:
+    package = tmp_path / "checks"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .rules import ok\n")
+    rules = package / "rules.py"
+    rules.write_text("def ok(ctx):\n    return []\n")
+    model = PolicyPackModel.model_validate({"name": "p", "module": "checks/__init__.py"})
+    first = policy_version(PolicyPack(model=model, path=tmp_path / "p.yaml"))
+    assert first == policy_version(PolicyPack(model=model, path=tmp_path / "p.yaml"))
+    rules.write_text("def ok(ctx):\n    return ['changed']\n")
+    assert policy_version(PolicyPack(model=model, path=tmp_path / "p.yaml")) != first
