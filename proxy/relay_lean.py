@@ -11,8 +11,9 @@ is parsed once and checked with the SDK's own public ladder (``classify_inbound_
 ``parse_client_request``), the call runs through :meth:`proxy.server.GuardProxy.call_tool` (the
 very function the SDK handler calls) and the answer is written as the SDK writes it: the same
 result sieve (``serialize_server_result``), ``resultType``, ``serverInfo`` stamp, JSON-RPC envelope,
-status and headers; after ``SSE_COMMIT_S`` without an answer the response commits to SSE with
-keep-alive pings, and a client that disconnects cancels the call, as on the SDK's path.
+status and headers (the JSON compact UTF-8, by :mod:`proxy.wire_json`); after ``SSE_COMMIT_S``
+without an answer the response commits to SSE with keep-alive pings, and a client that disconnects
+cancels the call, as on the SDK's path (noticed from ``WATCH_AFTER_S`` into the call: docs/adr/017).
 
 Every other request, and any request the ladder or the params model refuses, is dispatched to the
 SDK app unchanged (its body replayed): the SDK answers refusals, so their codes and messages are
