@@ -6,7 +6,7 @@ These pydantic models are the audit record of a guarded session; everything else
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from enum import StrEnum
@@ -177,7 +177,8 @@ class AttemptRecord(BaseModel):
 class ToolCall(BaseModel):
     """One call as the agent sent it."""
 
-    id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    id: str = Field(default_factory=lambda: os.urandom(16).hex())
+    """32 random hex digits (as many random bits as a UUID4 holds, without building one: issue 18)."""
     session_id: str | None = None
     principal: str | None = None
     tool: str
