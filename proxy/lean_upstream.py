@@ -41,11 +41,10 @@ import mcp.types as types
 from mcp import MCPError
 from mcp.shared.inbound import encode_header_value
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
-from mcp_types import methods as mcp_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
-from proxy import telemetry, wire_json
+from proxy import result_surface, telemetry, wire_json
 from proxy.lean_http import PlainHttp
 from proxy.result_schema import OutputSchemaCheck
 from proxy.upstream_http import upstream_http_limits
@@ -387,28 +386,10 @@ async def _answer_in_stream(lines: AsyncIterator[str], request_id: int) -> dict[
     raise MCPError(code=types.CONNECTION_CLOSED, message="SSE stream ended without a response")
 
 
-_RESULT_SURFACES: dict[str, TypeAdapter[Any]] = {}
-"""The ``tools/call`` result schema of each protocol version met, as ``validate_server_result`` checks it."""
-
-
-def _check_result_surface(version: str, raw: Mapping[str, Any]) -> None:
-    """``mcp_types.methods.validate_server_result("tools/call", version, raw)`` without the dump it
-    makes and throws away (issue 18: half its cost): the same adapter, the same errors. The first
-    result of a version goes through the SDK's function itself, which also refuses an unknown
-    version."""
-    adapter = _RESULT_SURFACES.get(version)
-    if adapter is None:
-        mcp_methods.validate_server_result("tools/call", version, raw)
-        surface: Any = mcp_methods.SERVER_RESULTS[("tools/call", version)]  # a model or a union of them
-        _RESULT_SURFACES[version] = TypeAdapter(surface)
-        return
-    adapter.validate_python(raw, by_name=False)
-
-
 def _result(version: str, raw: dict[str, Any]) -> types.CallToolResult | types.InputRequiredResult:
     """The typed result, checked against the version's result schema as the SDK client checks it."""
     try:
-        _check_result_surface(version, raw)
+        result_surface.check(version, raw)
         if raw.get("resultType") == "input_required":
             return types.InputRequiredResult.model_validate(raw, by_name=False)
         return types.CallToolResult.model_validate(raw, by_name=False)

@@ -10,10 +10,11 @@ progress token, log-level opt-in, ``Mcp-Param-*`` header, retried round or task-
 is parsed once and checked with the SDK's own public ladder (``classify_inbound_request``,
 ``parse_client_request``), the call runs through :meth:`proxy.server.GuardProxy.call_tool` (the
 very function the SDK handler calls) and the answer is written as the SDK writes it: the same
-result sieve (``serialize_server_result``), ``resultType``, ``serverInfo`` stamp, JSON-RPC envelope,
-status and headers (the JSON compact UTF-8, by :mod:`proxy.wire_json`); after ``SSE_COMMIT_S``
-without an answer the response commits to SSE with keep-alive pings, and a client that disconnects
-cancels the call, as on the SDK's path (noticed from ``WATCH_AFTER_S`` into the call: docs/adr/017).
+result sieve (``serialize_server_result``, as :mod:`proxy.result_surface` runs it), ``resultType``,
+``serverInfo`` stamp, JSON-RPC envelope, status and headers (the JSON compact UTF-8, by
+:mod:`proxy.wire_json`); after ``SSE_COMMIT_S`` without an answer the response commits to SSE with
+keep-alive pings, and a client that disconnects cancels the call, as on the SDK's path (noticed from
+``WATCH_AFTER_S`` into the call: docs/adr/017).
 
 Every other request, and any request the ladder or the params model refuses, is dispatched to the
 SDK app unchanged (its body replayed): the SDK answers refusals, so their codes and messages are
@@ -41,7 +42,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy import telemetry, wire_json
+from proxy import result_surface, telemetry, wire_json
 from proxy.relay import LOG_LEVEL_META_KEY
 
 if TYPE_CHECKING:
@@ -213,7 +214,7 @@ class LeanRelay:
         try:
             result = await self.proxy.call_tool(request, params)
             dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-            dumped = mcp_methods.serialize_server_result("tools/call", version, dumped)
+            dumped = result_surface.sieve(version, dumped)
         except Exception as exc:
             if not isinstance(exc, MCPError):
                 logger.exception("tools/call failed on the lean relay")
