@@ -13,7 +13,10 @@ do not accept it, the standard library decides, so nothing is answered different
 * :func:`dumps`: a value pydantic-core cannot write (a string holding a lone surrogate, a type JSON
   has no form for) is written by ``json.dumps`` (compact separators), which writes it or raises.
 
-The written bytes are compact UTF-8; non-ASCII text is not ``\\u``-escaped (the same JSON value).
+The written bytes are compact UTF-8 and the same JSON value, spelled differently in two ways:
+non-ASCII text is not ``\\u``-escaped, and a float is written in its shortest round-trip form, which is
+not always Python's (``1e-05`` as ``0.00001``; the same double either way).
+tests/proxy/test_wire_json.py holds both functions to the standard library's values.
 """
 
 from __future__ import annotations
