@@ -16,7 +16,6 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 
 import anyio
 from fastapi import APIRouter, FastAPI
-from starlette.datastructures import Headers
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -197,7 +196,7 @@ class _EndSessionOnDelete:
 
         await self.app(scope, receive, hold)
         status = next((m["status"] for m in held if m["type"] == "http.response.start"), None)
-        session_id = Headers(scope=scope).get("mcp-session-id")
+        session_id = _session_header(scope)
         if session_id and status is not None and status < 300:
             await self.proxy.sessions.end(session_id, "closed", principal=principal_of_scope(scope))
         for message in held:

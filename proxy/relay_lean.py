@@ -277,12 +277,17 @@ async def answer_call(
     call = anyio.CancelScope()
     loop = asyncio.get_running_loop()
     delay = min(WATCH_AFTER_S, SSE_COMMIT_S)
-    watches: list[asyncio.Task[None]] = []
+    watch: asyncio.Task[None] | None = None
 
     def start_watch() -> None:
+        nonlocal watch
         watch = loop.create_task(_watch(receive, call, reply, SSE_COMMIT_S - delay))
         watch.add_done_callback(_watch_ended)
-        watches.append(watch)
+
+    def stop_watching() -> None:
+        timer.cancel()
+        if watch is not None:
+            watch.cancel()
 
     timer = loop.call_later(delay, start_watch)
     answer: dict[str, Any] | None = None
@@ -290,21 +295,17 @@ async def answer_call(
         with call:
             answer = await envelope()
     except BaseException:
-        timer.cancel()
-        for watch in watches:
-            watch.cancel()
+        stop_watching()
         raise
     timer.cancel()
     if answer is None:
         return  # the client went away (the watch cancelled the call, then ended)
     if not reply.sse:
-        for watch in watches:
-            watch.cancel()  # it wrote nothing, and a cancelled task never resumes to write
+        stop_watching()  # it wrote nothing, and a cancelled task never resumes to write
         await _write_json(answer, send)
         return
     async with reply.lock:  # a ping being written is written whole first
-        for watch in watches:
-            watch.cancel()
+        stop_watching()
         event = b"event: message\r\ndata: " + wire_json.dumps(answer) + b"\r\n\r\n"
         await send({"type": "http.response.body", "body": event, "more_body": False})
 

@@ -78,16 +78,18 @@ def sieve(version: str, data: typing.Mapping[str, Any]) -> dict[str, Any]:
     surface = _surface(version)
     if surface is None:
         return mcp_methods.serialize_server_result("tools/call", version, data)
-    adapter = surface.union
-    validated: Any = None
     if surface.complete is not None and not any(key in data for key in _ROUND_KEYS):
         try:
             validated = surface.complete.validate_python(data, by_name=False)
-            adapter = surface.complete
         except ValidationError:
-            validated = None  # not as a complete result: the union decides (below)
-    if validated is None:
-        validated = surface.union.validate_python(data, by_name=False)
+            pass  # not as a complete result: the union decides (below)
+        else:
+            return _dump(surface.complete, validated)
+    return _dump(surface.union, surface.union.validate_python(data, by_name=False))
+
+
+def _dump(adapter: TypeAdapter[Any], validated: Any) -> dict[str, Any]:
+    """What ``serialize_server_result`` returns of a validated result."""
     dumped: dict[str, Any] = adapter.dump_python(validated, by_alias=True, mode="json", exclude_none=True)
     return dumped
 

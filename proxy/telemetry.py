@@ -188,7 +188,7 @@ UNKNOWN_TOOL_LABEL = "(unknown)"
 """The ``tool`` label of calls refused because no upstream serves the name."""
 
 
-_CALL_SERIES: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+_CALL_SERIES: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
 """(tool, effect, verdict) -> its ``TOOL_CALLS`` and ``CALL_SECONDS`` series, looked up once (as
 :data:`_RELAY_PATHS`): ``labels()`` checks and locks on every call. Bounded as the series are: the
 tool is a served name or :data:`UNKNOWN_TOOL_LABEL`, effect and verdict are enums."""

@@ -61,9 +61,6 @@ class _NoForwarding:
         return None
 
 
-_no_forwarding = _NoForwarding
-
-
 def is_connection_lost(exc: BaseException) -> bool:
     """True for the SDK's error for a request on a closed connection (the upstream went away)."""
     return isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED
@@ -216,7 +213,7 @@ class UpstreamConnection:
 
     def forwarding(self) -> AbstractAsyncContextManager[tuple[ProgressFnT | None, dict[str, Any]]]:
         """Entered around a request forwarded for an agent (see :class:`ConnectionPeer`)."""
-        return self.peer.forwarding(self) if self.peer is not None else _no_forwarding()
+        return self.peer.forwarding(self) if self.peer is not None else _NoForwarding()
 
     async def answers(self, timeout: float = 5.0) -> bool:
         """The upstream answers a ping (a connection that waited unused may have lost its upstream)."""
