@@ -195,6 +195,15 @@ def proxy(
             "several: the fixture's SQLite file takes one writer at a time).",
         ),
     ] = None,
+    rounds: Annotated[
+        int,
+        typer.Option(
+            "--rounds",
+            min=1,
+            help="Rounds each configuration's calls are split over, the paths' order rotated each round "
+            "(so that the host's drift weighs on every path alike).",
+        ),
+    ] = 4,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Time tools/call round trips of concurrent MCP clients straight to an upstream (the notes fixture
@@ -210,6 +219,7 @@ def proxy(
         floor=floor,
         kinds=kind,
         per_commit=per_commit,
+        rounds=rounds,
         fmt=fmt,
     )
 
@@ -363,6 +373,7 @@ def _perf_proxy(
     floor: bool = False,
     kinds: list[str] | None = None,
     per_commit: int | None = None,
+    rounds: int | None = None,
     fmt: Format = Format.table,
 ) -> None:
     from benchmark import perf_peers
@@ -384,6 +395,7 @@ def _perf_proxy(
                 kinds=kinds or bench_perf.PROXY_KINDS,
                 on_progress=lambda what: progress.update(bar, description=what),
                 per_commit=per_commit,
+                rounds=rounds or bench_perf.PROXY_ROUNDS,
             )
         except bench_perf.ProxyBenchError as exc:
             console.print(f"[red]error:[/red] {exc}", highlight=False)

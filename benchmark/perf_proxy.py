@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import anyio
 import mcp.types as types
@@ -45,6 +45,10 @@ from benchmark.procs import ServerError, ServerProcess
 PROXY_CLIENTS = (1, 8, 32)
 PROXY_CALLS = 50
 PROXY_KINDS = ("read", "write")
+PROXY_ROUNDS = 4
+"""Rounds a configuration's calls are split over, the paths' order rotated each round (round_order)."""
+WARMUP_CALLS = 20
+"""Untimed calls per path and kind, at one client, before anything is timed."""
 WRITES_PER_COMMIT = 10
 """Issue 18's guarded write: one commit per 10 writes (at one client)."""
 SESSION_META_KEY = "shadowguard/session"
@@ -61,6 +65,7 @@ JSON_FIELDS = (
 """The fields of a row of ``bench perf proxy -f json`` (then ``mode``, the era, and the ratios)."""
 
 
+T = TypeVar("T")
 ProxyBenchError = ServerError
 """The proxy benchmark could not run (a server did not start, a call failed): the process runner's
 error (benchmark.procs), so that one ``except`` covers a server that did not start and a failed run."""
@@ -240,12 +245,19 @@ async def _end(mcp_client: Client, tool: str, meta: types.RequestParamsMeta) -> 
         raise ProxyBenchError(f"{tool} through the proxy failed: {text[:500]}")
 
 
-async def _measure_one(
-    target: _Target, kind: str, clients: int, calls: int, run: str, per_commit: int | None = None
-) -> ProxyPerfRow:
+@dataclass
+class _Sample:
+    """One round of one configuration: every client's timed calls, failures, wall clock and CPU."""
+
+    times: list[float]
+    failed: int
+    wall_s: float
+    cpu_s: float | None
+    upstream_cpu_s: float | None
+
+
+async def _sample(target: _Target, kind: str, clients: int, calls: int, run: str, batch: int) -> _Sample:
     per_client: dict[int, tuple[list[float], int]] = {}
-    guarded_write = target.guarded and kind == "write"
-    batch = writes_per_commit(per_commit, clients) if guarded_write else 1
 
     async def one(i: int) -> None:
         per_client[i] = await _client_run(target, kind, i, calls, run, batch)
@@ -260,8 +272,23 @@ async def _measure_one(
     cpu = process_cpu_s(target.pid) - cpu0 if target.pid is not None else None
     upstream = process_cpu_s(target.upstream_pid) - upstream0 if target.upstream_pid is not None else None
     times = [t for ts, _ in per_client.values() for t in ts]
-    failed = sum(f for _, f in per_client.values())
+    return _Sample(times, sum(f for _, f in per_client.values()), wall, cpu, upstream)
+
+
+def _pooled(
+    target: _Target, kind: str, clients: int, batch: int | None, samples: Sequence[_Sample]
+) -> ProxyPerfRow:
+    """One row of a configuration's rounds: latencies pooled, calls/s over the rounds' summed wall
+    clock, CPU per call over the rounds' summed CPU time."""
+    times = [t for s in samples for t in s.times]
+    failed = sum(s.failed for s in samples)
     made = len(times) + failed
+    wall = sum(s.wall_s for s in samples)
+
+    def per_call(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return sum(known) * 1000 / made if known and made else None
+
     return ProxyPerfRow(
         path=target.path,
         kind=kind,
@@ -272,10 +299,43 @@ async def _measure_one(
         p99_ms=_p99(times) if times else float("nan"),
         calls_per_s=len(times) / wall if wall else 0.0,
         mode=target.mode,
-        writes_per_commit=batch if guarded_write else None,
-        proxy_cpu_ms_per_call=cpu * 1000 / made if cpu is not None and made else None,
-        upstream_cpu_ms_per_call=upstream * 1000 / made if upstream is not None and made else None,
+        writes_per_commit=batch,
+        proxy_cpu_ms_per_call=per_call([s.cpu_s for s in samples]),
+        upstream_cpu_ms_per_call=per_call([s.upstream_cpu_s for s in samples]),
     )
+
+
+def _batch(target: _Target, kind: str, clients: int, per_commit: int | None) -> int | None:
+    """Writes per commit of a guarded write configuration; None for the others."""
+    return writes_per_commit(per_commit, clients) if target.guarded and kind == "write" else None
+
+
+async def _measure_one(
+    target: _Target, kind: str, clients: int, calls: int, run: str, per_commit: int | None = None
+) -> ProxyPerfRow:
+    """One configuration in one round (``bench perf instructions`` counts such a window)."""
+    batch = _batch(target, kind, clients, per_commit)
+    sample = await _sample(target, kind, clients, calls, run, batch or 1)
+    return _pooled(target, kind, clients, batch, [sample])
+
+
+def round_sizes(calls: int, rounds: int) -> list[int]:
+    """Each round's calls per client: ``calls`` split as evenly as it goes over at most ``rounds``
+    rounds (never a round of none)."""
+    if calls < 1 or rounds < 1:
+        raise ProxyBenchError("calls and rounds must be at least 1")
+    used = min(calls, rounds)
+    return [calls // used + (1 if i < calls % used else 0) for i in range(used)]
+
+
+def round_order(paths: Sequence[T], round_no: int) -> list[T]:
+    """The paths in the order round ``round_no`` measures them: rotated by one each round, so that
+    over as many rounds as paths each path runs once in each position (a host that slows down or
+    speeds up during a configuration weighs on every path alike)."""
+    if not paths:
+        return []
+    shift = round_no % len(paths)
+    return [*paths[shift:], *paths[:shift]]
 
 
 def _first_error(exc: BaseException) -> BaseException:
@@ -320,6 +380,7 @@ def measure_proxy(
     kinds: Sequence[str] = PROXY_KINDS,
     on_progress: Callable[[str], None] | None = None,
     per_commit: int | None = None,
+    rounds: int = PROXY_ROUNDS,
 ) -> ProxyPerf:
     """tools/call round trips of ``clients`` concurrent MCP clients over streamable HTTP, each in its
     own session (``_meta["shadowguard/session"]``), ``calls`` each: straight to the notes fixture
@@ -336,14 +397,20 @@ def measure_proxy(
     direct and through shadowguard only (the peers do not guard writes); a guarded session commits
     every ``per_commit`` writes (default: :func:`writes_per_commit`). Clients speak the
     2026-07-28 era, except towards a peer whose front end speaks only the handshake era; direct is
-    then measured in that era too, and the peer's ratios are against it. Each configuration runs
-    once, after one warm-up call per path, the paths interleaved at each concurrency. A peer that
+    then measured in that era too, and the peer's ratios are against it. First every path takes
+    :data:`WARMUP_CALLS` untimed calls of each kind it measures. Then each configuration (kind and
+    concurrency) runs in ``rounds`` rounds, each client's ``calls`` split over them
+    (:func:`round_sizes`) and the paths' order rotated each round (:func:`round_order`): the
+    host's speed drifts by tens of percent within minutes, and a path measured only at one end of
+    a configuration would carry that drift. A row pools its rounds (latencies together, calls/s
+    and CPU per call over their summed wall clock and CPU time). A peer that
     cannot be installed, started or called is left out with the reason (:attr:`ProxyPerf.peers`);
     any other failure raises :class:`ProxyBenchError`. The servers are subprocesses on 127.0.0.1
     and are stopped before this returns, whatever happens.
     """
     if calls < 1 or not clients or min(clients) < 1:
         raise ProxyBenchError("clients and calls must be at least 1")
+    sizes = round_sizes(calls, rounds)
     writes_per_commit(per_commit, 1)  # refuse a bad value before anything starts
     if not kinds or set(kinds) - set(PROXY_KINDS):
         raise ProxyBenchError(f"kinds must be some of {PROXY_KINDS}, not {list(kinds)}")
@@ -453,12 +520,16 @@ def measure_proxy(
                     _Target("direct", upstream_url, LEGACY, kinds=("read",), upstream_pid=upstream.pid)
                 )
 
-            async def measure(target: _Target, kind: str, n: int, run: str) -> None:
+            samples: dict[tuple[str, str, str, int], list[_Sample]] = {}
+
+            def measured_targets() -> list[_Target]:
+                return [*targets, *(t for t, _, _ in peer_targets.values())]
+
+            async def measure(target: _Target, kind: str, n: int, size: int, run: str) -> None:
                 entry = peer_targets.get(target.path)
+                batch = _batch(target, kind, n, per_commit) or 1
                 try:
-                    row = await _measure_one(
-                        target, kind, n, calls if run != "warmup" else 1, run, per_commit
-                    )
+                    sample = await _sample(target, kind, n, size, run, batch)
                 except Exception as exc:
                     if entry is None:
                         raise
@@ -468,28 +539,40 @@ def measure_proxy(
                     )
                     del peer_targets[target.path]
                     return
-                if run != "warmup":
-                    rows.append(row)
+                if not run.startswith("warmup"):
+                    samples.setdefault((target.path, target.mode, kind, n), []).append(sample)
 
             async def run_all() -> None:
                 with anyio.fail_after(RUN_TIMEOUT_S):
-                    for target in [*targets, *(t for t, _, _ in peer_targets.values())]:
-                        await measure(target, "read", 1, "warmup")
+                    for kind in kinds:
+                        for target in measured_targets():
+                            if kind in target.kinds:
+                                await measure(target, kind, 1, WARMUP_CALLS, f"warmup-{kind}")
                     for kind in kinds:
                         for n in clients:
-                            for target in [*targets, *(t for t, _, _ in peer_targets.values())]:
-                                if kind not in target.kinds:
-                                    continue
-                                if on_progress is not None:
-                                    era = "" if target.mode == MODERN else f" ({target.mode})"
-                                    on_progress(f"{target.path}{era} {kind}, {n} clients × {calls} calls")
-                                await measure(target, kind, n, f"{kind}{n}")
+                            for round_no, size in enumerate(sizes):
+                                for target in round_order(measured_targets(), round_no):
+                                    if kind not in target.kinds:
+                                        continue
+                                    if on_progress is not None:
+                                        era = "" if target.mode == MODERN else f" ({target.mode})"
+                                        on_progress(
+                                            f"{target.path}{era} {kind}, {n} clients × {calls} calls: "
+                                            f"round {round_no + 1} of {len(sizes)}"
+                                        )
+                                    await measure(target, kind, n, size, f"{kind}{n}r{round_no}")
 
             try:
                 anyio.run(run_all)
             except Exception as exc:
                 logs = "\n".join(f"--- {s.name}:\n{s.tail()}" for s in servers)
                 raise ProxyBenchError(f"the benchmark failed: {exc!r}\n{logs}") from exc
+            for kind in kinds:
+                for n in clients:
+                    for target in measured_targets():
+                        taken = samples.get((target.path, target.mode, kind, n))
+                        if taken:
+                            rows.append(_pooled(target, kind, n, _batch(target, kind, n, per_commit), taken))
         finally:
             for server in reversed(servers):
                 server.stop()

@@ -227,3 +227,29 @@ def test_the_bare_relay_answers_as_the_upstream_and_refuses_other_methods(tmp_pa
             relayed = anyio.run(read, url)
             assert relayed == anyio.run(read, upstream) and relayed[0] is False
             assert httpx.get(url).status_code == 405
+
+
+def test_a_configurations_calls_are_split_over_rounds_and_each_path_takes_each_position() -> None:
+    assert perf_proxy.round_sizes(10, 4) == [3, 3, 2, 2]
+    assert perf_proxy.round_sizes(3, 4) == [1, 1, 1]
+    assert perf_proxy.round_sizes(1, 1) == [1]
+    with pytest.raises(perf_proxy.ProxyBenchError):
+        perf_proxy.round_sizes(5, 0)
+    paths = ["direct", "shadowguard", "airlock"]
+    orders = [perf_proxy.round_order(paths, r) for r in range(len(paths))]
+    assert orders[0] == paths and orders[1] == ["shadowguard", "airlock", "direct"]
+    for path in paths:
+        assert sorted(order.index(path) for order in orders) == [0, 1, 2]
+
+
+def test_a_row_pools_its_rounds() -> None:
+    target = perf_proxy._Target("shadowguard", "http://127.0.0.1:1/mcp", guarded=True, pid=1)
+    samples = [
+        perf_proxy._Sample([1.0, 2.0, 3.0], 1, 0.5, 0.2, 0.4),
+        perf_proxy._Sample([10.0, 20.0], 0, 1.5, 0.3, 0.6),
+    ]
+    row = perf_proxy._pooled(target, "read", 1, None, samples)
+    assert (row.calls, row.failed, row.median_ms, row.p99_ms) == (5, 1, 3.0, 20.0)
+    assert row.calls_per_s == 5 / 2.0
+    assert row.proxy_cpu_ms_per_call == pytest.approx(500 / 6)
+    assert row.upstream_cpu_ms_per_call == pytest.approx(1000 / 6)
