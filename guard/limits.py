@@ -63,10 +63,17 @@ def _refusal(tool: str, field: str, problem: str, expected: str) -> InvalidArgum
     )
 
 
-def _path(parent: str, part: str | int) -> str:
-    if isinstance(part, int):
-        return f"{parent}[{part}]"
-    return f"{parent}.{part}" if parent else part
+def _path(parts: tuple[str | int, ...]) -> str:
+    """``a.b[2].c`` of the keys and indexes from the arguments down to a value."""
+    path = ""
+    for part in parts:
+        if isinstance(part, int):
+            path = f"{path}[{part}]"
+        elif path:
+            path = f"{path}.{part}"
+        else:
+            path = str(part)
+    return path
 
 
 def _unicode_ok(text: str) -> bool:
@@ -93,44 +100,48 @@ def check_arguments(
     encoding of at most what the transport already accepted.
     """
     keys = 0
-    stack: list[tuple[str, Any, int]] = [("", arguments, 1)]
+    # A value's path is only spelled out for a refusal: the stack keeps its keys.
+    stack: list[tuple[tuple[str | int, ...], Any, int]] = [((), arguments, 1)]
     while stack:
-        path, value, depth = stack.pop()
-        if isinstance(value, Mapping | list):
-            if depth > limits.max_depth:
+        parts, value, depth = stack.pop()
+        if isinstance(value, str):
+            if not _unicode_ok(value):
                 return _refusal(
                     tool,
-                    path,
-                    f"nested deeper than {limits.max_depth} levels",
-                    f"at most {limits.max_depth} levels of objects and arrays "
-                    f"(the proxy's {CONFIG_KEYS['max_depth']})",
+                    _path(parts),
+                    f"{_shown(value)} is not valid Unicode (it holds a lone surrogate)",
+                    "text that is valid Unicode",
                 )
-            keys += len(value)
-            if keys > limits.max_keys:
-                return _refusal(
-                    tool,
-                    path,
-                    f"more than {limits.max_keys} keys and items in all",
-                    f"at most {limits.max_keys} object keys and array items in all "
-                    f"(the proxy's {CONFIG_KEYS['max_keys']})",
-                )
-            items = value.items() if isinstance(value, Mapping) else enumerate(value)
-            for key, item in items:
-                if isinstance(key, str) and not _unicode_ok(key):
-                    return _refusal(
-                        tool,
-                        _path(path, _shown(key)),
-                        "the key is not valid Unicode (it holds a lone surrogate)",
-                        "text that is valid Unicode",
-                    )
-                stack.append((_path(path, key), item, depth + 1))
-        elif isinstance(value, str) and not _unicode_ok(value):
+            continue
+        if not isinstance(value, dict | list) and not isinstance(value, Mapping):
+            continue  # a number, a boolean, null
+        if depth > limits.max_depth:
             return _refusal(
                 tool,
-                path,
-                f"{_shown(value)} is not valid Unicode (it holds a lone surrogate)",
-                "text that is valid Unicode",
+                _path(parts),
+                f"nested deeper than {limits.max_depth} levels",
+                f"at most {limits.max_depth} levels of objects and arrays "
+                f"(the proxy's {CONFIG_KEYS['max_depth']})",
             )
+        keys += len(value)
+        if keys > limits.max_keys:
+            return _refusal(
+                tool,
+                _path(parts),
+                f"more than {limits.max_keys} keys and items in all",
+                f"at most {limits.max_keys} object keys and array items in all "
+                f"(the proxy's {CONFIG_KEYS['max_keys']})",
+            )
+        items = enumerate(value) if isinstance(value, list) else value.items()
+        for key, item in items:
+            if isinstance(key, str) and not _unicode_ok(key):
+                return _refusal(
+                    tool,
+                    _path((*parts, _shown(key))),
+                    "the key is not valid Unicode (it holds a lone surrogate)",
+                    "text that is valid Unicode",
+                )
+            stack.append(((*parts, key), item, depth + 1))
     size = len(json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8"))
     if size > limits.max_bytes:
         return _refusal(

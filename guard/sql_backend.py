@@ -295,10 +295,17 @@ class SqlBackend:
 
     # -- watched reads (guard.backend.Watchable, docs/adr/013) ---------------------------------
     def position(self) -> int:
-        """The capture log's position now: what :meth:`changes_after` counts from."""
+        """The capture log's position now: what :meth:`changes_after` counts from.
+
+        On SQLite, when the connection has changed no row since the last position was taken (its
+        ``total_changes`` unmoved: a log row comes and goes only with a changed row, and a rollback
+        does not lower the count), the log is where it was and is not asked again (issue 18: a
+        watched read asked it for every call)."""
         self._require()
-        mark = self._mark()
         count = self._change_count()
+        if count is not None and self._quiet is not None and self._quiet[1] == count:
+            return self._quiet[0]
+        mark = self._mark()
         self._quiet = (mark, count) if count is not None else None
         return mark
 

@@ -32,10 +32,23 @@ RESENDS = 1
 Trace = Callable[[str, dict[str, Any]], Awaitable[None]]
 
 
+UPSTREAM_MAX_CONNECTIONS = 100
+"""Connections to one HTTP upstream at once (httpx's default pool size)."""
+
+
 def upstream_http_limits() -> httpx2.Limits:
-    """httpx's default pool sizes, idle connections let go before any server closes them."""
+    """At most :data:`UPSTREAM_MAX_CONNECTIONS`, every one of them kept while idle, and let go after
+    :data:`~guard.keepalive.CLIENT_KEEPALIVE_EXPIRY_S` idle (before any server closes it).
+
+    httpx keeps at most 20 idle by default: with more calls than that under way at once, a
+    connection was closed after nearly every burst and a new one opened for the next (issue 18: at
+    32 concurrent clients a fifth of the calls opened a TCP connection to the upstream, a cost to the
+    upstream as well as to the proxy). A sidecar has one upstream per pool, so what was open at the
+    busiest moment is what the next moment needs; the expiry still lets go of what idles."""
     return httpx2.Limits(
-        max_connections=100, max_keepalive_connections=20, keepalive_expiry=CLIENT_KEEPALIVE_EXPIRY_S
+        max_connections=UPSTREAM_MAX_CONNECTIONS,
+        max_keepalive_connections=UPSTREAM_MAX_CONNECTIONS,
+        keepalive_expiry=CLIENT_KEEPALIVE_EXPIRY_S,
     )
 
 

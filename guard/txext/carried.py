@@ -122,7 +122,8 @@ def report(registry: Registry, carried: CarriedOps, backend: Backend) -> dict[st
         except MCPError as exc:
             out[name] = {"error": {"code": exc.code, "message": exc.message}}
         else:
-            out[name] = {"changes": changes.model_dump(mode="json")["changes"]}
+            # a watched read's usual answer, no change, needs no dump
+            out[name] = {"changes": changes.model_dump(mode="json")["changes"] if changes.changes else []}
     if not carried.after:
         return {"savepoints": out}
     return {"savepoints": out, "after": run_after(carried.after, backend)}

@@ -491,3 +491,27 @@ def test_a_watch_on_sqlite_asks_the_log_only_when_a_row_changed() -> None:
         conn.execute(items.insert().values(id=7, name="n", price=None, active=True, meta=None))
         assert [(c.table, c.op) for c in backend.changes_after(position)] == [("items", "insert")]
         backend.rollback()
+
+
+def test_a_watch_on_sqlite_takes_the_logs_position_again_only_after_a_row_changed() -> None:
+    """:meth:`SqlBackend.position` reads the log only when a row changed since the last position; a
+    change rolled back still moves the count, so the position is read again and stays right."""
+    with sqlite_connection() as conn:
+        backend = SqlBackend(conn, list(TABLES.values()))
+        backend.begin()
+        asked: list[str] = []
+        cast(sqlite3.Connection, conn.connection.dbapi_connection).set_trace_callback(asked.append)
+        first = backend.position()
+        asked.clear()
+        assert backend.position() == first
+        assert not any(LOG in sql for sql in asked)
+        point = backend.savepoint()
+        conn.execute(items.insert().values(id=8, name="n", price=None, active=True, meta=None))
+        backend.rollback_to(point)
+        asked.clear()
+        again = backend.position()
+        assert any(LOG in sql for sql in asked)
+        conn.execute(items.insert().values(id=9, name="m", price=None, active=True, meta=None))
+        assert [(c.table, c.key) for c in backend.changes_after(again)] == [("items", "9")]
+        assert backend.position() > again
+        backend.rollback()
