@@ -3,10 +3,9 @@
 A :class:`ProxySession` is what an agent's session key (docs/proxy.md: ``Mcp-Session-Id``,
 ``_meta["shadowguard/session"]``, the principal, or the stdio connection) maps to. It holds
 
-* one *leg* per upstream the agent has called: for a transactional upstream a connection of the
-  session's own (opened on first use, reused for every later call and transaction, closed when
-  the session ends) driven through :class:`guard.txext.RemoteBackend`; for any other upstream the
-  shared connection, driven through :class:`guard.journal.JournalBackend`;
+* one *leg* per upstream the agent has called: for a transactional upstream a connection of its own
+  (opened on first use, reused for later calls, closed when the session ends) driven through
+  :class:`guard.txext.RemoteBackend`; else the shared one, through :class:`guard.journal.JournalBackend`;
 * on each leg, the current transaction: a :class:`guard.session.GuardSession`, begun on the first
   call after the session opened or after the last commit or rollback.
 
