@@ -36,7 +36,8 @@ from guard.txext import (
     TxParams,
     TxRequest,
 )
-from tests.benchmark.guarded.test_txext import _call_with_meta, raw_tx, tool_info_map
+from tests.benchmark.guarded.test_txext import raw_tx, tool_info_map
+from tests.benchmark.guarded.test_txext_minimal import _call_with_meta
 from tests.benchmark.guarded.test_txext_watch import inline_sender, rows, server_of
 
 pytestmark = pytest.mark.anyio
