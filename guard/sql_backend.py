@@ -163,6 +163,7 @@ class SqlBackend:
                 self._outer = None
             raise
         self._begin_mark = self._mark()
+        self._quiet = None
 
     def _require(self) -> None:
         if self._session is None:
@@ -176,6 +177,7 @@ class SqlBackend:
             self.connection.exec_driver_sql(f"DELETE FROM temp.{LOG}")  # noqa: S608 - constant table name
         self._session.commit()
         self._session = None
+        self._quiet = None
         self._savepoints.clear()
         self._uninstall()
         if self._outer is not None:
@@ -190,6 +192,7 @@ class SqlBackend:
             self._close(min(self._savepoints, key=lambda n: int(n[2:])), keep=False)
         self._session.rollback()
         self._session = None
+        self._quiet = None
         self._savepoints.clear()
         if self._outer is None:
             self._uninstall()
@@ -225,6 +228,8 @@ class SqlBackend:
         # Savepoints nest: closing one closes those opened after it, innermost first, so that
         # SQLAlchemy's own stack of nested transactions stays in step with the database's.
         order = sorted(self._savepoints, key=lambda n: int(n[2:]), reverse=True)
+        if not keep:
+            self._quiet = None  # a rollback lowers the log without moving the count of changed rows
         for name in order[: order.index(savepoint) + 1]:
             nested, _ = self._savepoints.pop(name)
             if nested is None:
@@ -298,8 +303,9 @@ class SqlBackend:
         """The capture log's position now: what :meth:`changes_after` counts from.
 
         On SQLite, when the connection has changed no row since the last position was taken (its
-        ``total_changes`` unmoved: a log row comes and goes only with a changed row, and a rollback
-        does not lower the count), the log is where it was and is not asked again (issue 18: a
+        ``total_changes`` unmoved: a log row is written only with a changed row) and this backend has
+        rolled nothing back since (a rollback takes log rows away without moving the count, and lets
+        their ids be taken again), the log is where it was and is not asked again (issue 18: a
         watched read asked it for every call)."""
         self._require()
         count = self._change_count()

@@ -515,3 +515,21 @@ def test_a_watch_on_sqlite_takes_the_logs_position_again_only_after_a_row_change
         assert [(c.table, c.key) for c in backend.changes_after(again)] == [("items", "9")]
         assert backend.position() > again
         backend.rollback()
+
+
+def test_a_position_taken_again_after_a_rollback_sees_a_change_the_rollback_made_room_for() -> None:
+    """A rollback lowers the log without moving SQLite's count of changed rows (its rows were counted
+    when they were written): the next position is read from the log, not reused, so a change made
+    after it is reported even where the log's ids are taken again."""
+    with sqlite_connection() as conn:
+        backend = SqlBackend(conn, list(TABLES.values()))
+        backend.begin()
+        point = backend.savepoint()
+        conn.execute(items.insert().values(id=10, name="a", price=None, active=True, meta=None))
+        conn.execute(items.insert().values(id=11, name="b", price=None, active=True, meta=None))
+        backend.position()  # taken with the two rows in the log
+        backend.rollback_to(point)
+        position = backend.position()
+        conn.execute(items.insert().values(id=12, name="c", price=None, active=True, meta=None))
+        assert [(c.table, c.key) for c in backend.changes_after(position)] == [("items", "12")]
+        backend.rollback()
