@@ -525,11 +525,12 @@ def measure_proxy(
             def measured_targets() -> list[_Target]:
                 return [*targets, *(t for t, _, _ in peer_targets.values())]
 
-            async def measure(target: _Target, kind: str, n: int, size: int, run: str) -> None:
+            async def measure(target: _Target, kind: str, n: int, size: int, run: str) -> _Sample | None:
+                """One round of a configuration; None for a peer that failed (and is left out)."""
                 entry = peer_targets.get(target.path)
                 batch = _batch(target, kind, n, per_commit) or 1
                 try:
-                    sample = await _sample(target, kind, n, size, run, batch)
+                    return await _sample(target, kind, n, size, run, batch)
                 except Exception as exc:
                     if entry is None:
                         raise
@@ -538,9 +539,7 @@ def measure_proxy(
                         entry[2].tail()
                     )
                     del peer_targets[target.path]
-                    return
-                if not run.startswith("warmup"):
-                    samples.setdefault((target.path, target.mode, kind, n), []).append(sample)
+                    return None
 
             async def run_all() -> None:
                 with anyio.fail_after(RUN_TIMEOUT_S):
@@ -560,7 +559,11 @@ def measure_proxy(
                                             f"{target.path}{era} {kind}, {n} clients × {calls} calls: "
                                             f"round {round_no + 1} of {len(sizes)}"
                                         )
-                                    await measure(target, kind, n, size, f"{kind}{n}r{round_no}")
+                                    sample = await measure(target, kind, n, size, f"{kind}{n}r{round_no}")
+                                    if sample is not None:
+                                        samples.setdefault((target.path, target.mode, kind, n), []).append(
+                                            sample
+                                        )
 
             try:
                 anyio.run(run_all)

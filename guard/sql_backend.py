@@ -163,7 +163,6 @@ class SqlBackend:
                 self._outer = None
             raise
         self._begin_mark = self._mark()
-        self._quiet = None
 
     def _require(self) -> None:
         if self._session is None:
