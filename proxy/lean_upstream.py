@@ -19,10 +19,20 @@ Outcomes are those of the SDK path (:meth:`proxy.upstream_connection.UpstreamCon
   schema (``ClientSession.validate_tool_result``), as the SDK client does; a compiled check of the same
   schema answers first for content that conforms (:mod:`proxy.result_schema`).
 
+The envelope's client capabilities are the agent's, not the proxy's: a ``tools/call`` relayed for an
+agent (:data:`AGENT_CAPABILITIES`, set by :meth:`proxy.server.GuardProxy.call_tool`) declares, of the
+SDK client's capabilities (the input requests the proxy can relay), only those the agent declared,
+as it declared them. An upstream is then not told that a client can answer an elicitation, sampling
+or roots request that the agent cannot (a well-behaved one takes its path for such a client, as it
+would for the agent directly), and it does not parse capabilities nobody has (about 0.1 million
+instructions of the notes fixture's per call, issue 18). A request the proxy sends on its own (no
+agent's call under way) keeps the SDK client's envelope as it is.
+
 An ``InputRequiredResult`` (the upstream needs the client's input) is answered here through the
 same callbacks the SDK client would call (the connection's peer); the call then continues with the
 answers on the SDK client (``Client.call_tool(input_responses=..., request_state=...)``: the next
-round, not a resend). A refused input request fails the call with its error, as on the SDK path.
+round, not a resend). A refused input request fails the call with its error, as on the SDK path; one
+for a capability the agent did not declare is refused here, saying so.
 A tool with ``x-mcp-header`` arguments, or a call with progress or a log-level opt-in to relay,
 is left to the SDK client (decided before anything is sent).
 """
@@ -33,7 +43,9 @@ import asyncio
 import itertools
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import httpx2
@@ -42,7 +54,7 @@ from mcp import MCPError
 from mcp.shared.inbound import encode_header_value
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from proxy import result_surface, telemetry, wire_json
 from proxy.lean_http import PlainHttp
@@ -61,6 +73,50 @@ X_MCP_HEADER = "x-mcp-header"
 
 Callbacks = Mapping[str, Callable[..., Awaitable[Any]]]
 R = TypeVar("R", bound=types.Result)
+
+AGENT_CAPABILITIES: ContextVar[types.ClientCapabilities | None] = ContextVar(
+    "shadowguard_agent_capabilities", default=None
+)
+"""What the agent whose ``tools/call`` is being relayed declared (an empty model: nothing); None: no
+agent's call is under way (module docstring). Worker threads and ``anyio.from_thread`` calls back
+onto the event loop carry it with the rest of the call's context."""
+
+_INPUT_CAPABILITIES: tuple[tuple[type[types.Request[Any, Any]], str], ...] = (
+    (types.ElicitRequest, "elicitation"),
+    (types.CreateMessageRequest, "sampling"),
+    (types.ListRootsRequest, "roots"),
+)
+"""The input requests an upstream can make of a ``tools/call``, and the capability each needs."""
+
+
+@contextmanager
+def relaying_for(declared: types.ClientCapabilities | None) -> Iterator[None]:
+    """The block relays a call for an agent that declared ``declared`` (None: nothing)."""
+    token = AGENT_CAPABILITIES.set(declared if declared is not None else types.ClientCapabilities())
+    try:
+        yield
+    finally:
+        AGENT_CAPABILITIES.reset(token)
+
+
+def relayed_capabilities(offered: Mapping[str, Any], declared: types.ClientCapabilities) -> dict[str, Any]:
+    """Of the capabilities the proxy's client declares (``offered``: its envelope's), those the agent
+    declared too, each as the agent declared it: what an upstream may ask of the agent's call."""
+    out: dict[str, Any] = {}
+    for key in offered:
+        field = _CAPABILITY_FIELDS.get(key)
+        value = getattr(declared, field) if field is not None else None
+        if isinstance(value, BaseModel):
+            out[key] = value.model_dump(by_alias=True, mode="json", exclude_none=True)
+        elif value is not None:
+            out[key] = value
+    return out
+
+
+_CAPABILITY_FIELDS = {
+    (info.alias or name): name for name, info in types.ClientCapabilities.model_fields.items()
+}
+"""A client capability's field of :class:`mcp.types.ClientCapabilities`, by its name on the wire."""
 
 
 class EnvelopeTap:
@@ -156,9 +212,9 @@ class LeanUpstream:
         result = await self.call(name, arguments, meta, timeout)
         if isinstance(result, types.InputRequiredResult):
             assert connection.peer is not None  # takes() requires it
-            answers = await answer_inputs(
-                result.input_requests or {}, connection.peer.client_options(connection)
-            )
+            requests = result.input_requests or {}
+            refuse_undeclared(self.upstream, requests, AGENT_CAPABILITIES.get())
+            answers = await answer_inputs(requests, connection.peer.client_options(connection))
             return await connection.client.call_tool(
                 name,
                 dict(arguments),
@@ -177,8 +233,13 @@ class LeanUpstream:
     ) -> types.CallToolResult | types.InputRequiredResult:
         """One ``tools/call`` POST; raises :class:`MCPError` as the SDK client would (module docstring)."""
         params = {"name": name, "arguments": dict(arguments), "_meta": dict(meta)}
+        declared = AGENT_CAPABILITIES.get()
         version, raw = await self.request(
-            "tools/call", params, timeout, {"mcp-name": encode_header_value(name)}
+            "tools/call",
+            params,
+            timeout,
+            {"mcp-name": encode_header_value(name)},
+            capabilities=declared,
         )
         return _result(version, raw)
 
@@ -197,11 +258,14 @@ class LeanUpstream:
         params: Mapping[str, Any],
         timeout: float,
         headers: Mapping[str, str] | None = None,
+        *,
+        capabilities: types.ClientCapabilities | None = None,
     ) -> tuple[str, dict[str, Any]]:
         """One JSON-RPC request of ``method`` as one POST, ``params["_meta"]`` completed with the SDK
-        client's envelope; the protocol version and the raw result (not validated: the caller's
-        job). Raises :class:`MCPError` as the SDK client would (module docstring); a timeout says
-        ``method``."""
+        client's envelope, whose client capabilities are narrowed to those the agent declared when
+        the request is made for one (``capabilities``: :func:`relayed_capabilities`); the protocol
+        version and the raw result (not validated: the caller's job). Raises :class:`MCPError` as the
+        SDK client would (module docstring); a timeout says ``method``."""
         envelope = self.tap.envelope
         if envelope is None:
             raise RuntimeError(
@@ -209,7 +273,11 @@ class LeanUpstream:
             )
         version = envelope[PROTOCOL_VERSION_META_KEY]
         request_id = next(self._ids)
-        sent = {**params, "_meta": {**(params.get("_meta") or {}), **envelope}}
+        stamp = envelope
+        if capabilities is not None:
+            offered = envelope[CLIENT_CAPABILITIES_META_KEY]
+            stamp = {**envelope, CLIENT_CAPABILITIES_META_KEY: relayed_capabilities(offered, capabilities)}
+        sent = {**params, "_meta": {**(params.get("_meta") or {}), **stamp}}
         body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": sent}
         wire = {
             "accept": "application/json, text/event-stream",
@@ -397,6 +465,24 @@ def _result(version: str, raw: dict[str, Any]) -> types.CallToolResult | types.I
         raise MCPError(code=types.INVALID_PARAMS, message=f"Invalid tools/call result: {exc}") from exc
 
 
+def refuse_undeclared(
+    upstream: str, requests: Mapping[str, Any], declared: types.ClientCapabilities | None
+) -> None:
+    """An input request for a capability the agent did not declare (``declared``; None: no agent's
+    call, nothing to judge) fails the call with :class:`MCPError`, as the relay refuses one on the
+    SDK path (the upstream was not told the agent has it: it asked all the same)."""
+    if declared is None:
+        return
+    for request in requests.values():
+        for kind, capability in _INPUT_CAPABILITIES:
+            if isinstance(request, kind) and getattr(declared, capability) is None:
+                raise MCPError(
+                    code=types.INVALID_REQUEST,
+                    message=f"upstream {upstream!r} asked for {request.method}, but the agent's client "
+                    f"did not declare the {capability} capability",
+                )
+
+
 async def answer_inputs(requests: Mapping[str, Any], callbacks: Callbacks) -> dict[str, Any]:
     """Answers to an ``InputRequiredResult``'s requests from the client's callbacks (the peer's, as
     the SDK client would call them); a refusal raises its error as :class:`MCPError`."""
@@ -416,4 +502,14 @@ async def answer_inputs(requests: Mapping[str, Any], callbacks: Callbacks) -> di
     return answers
 
 
-__all__ = ["EnvelopeTap", "LeanTxSession", "LeanUpstream", "answer_inputs", "declares_param_headers"]
+__all__ = [
+    "AGENT_CAPABILITIES",
+    "EnvelopeTap",
+    "LeanTxSession",
+    "LeanUpstream",
+    "answer_inputs",
+    "declares_param_headers",
+    "refuse_undeclared",
+    "relayed_capabilities",
+    "relaying_for",
+]

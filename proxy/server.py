@@ -58,6 +58,7 @@ from proxy.commits import entry_outcome
 from proxy.config import ConfigError, ProxyConfig
 from proxy.dropin import commit_description, default_session, rollback_description, upstream_label
 from proxy.held import APPROVAL_META_KEY, HeldCalls
+from proxy.lean_upstream import relaying_for
 from proxy.ledger import LedgerEntry
 from proxy.registry import SessionLimitError, SessionRegistry
 from proxy.relay import Relay, RelayServer
@@ -470,8 +471,11 @@ class GuardProxy:
         approval_id = approval_of(request.meta) or in_state
         meta = strip_reserved_meta(request.meta)
         try:
-            with telemetry.span(
-                "shadowguard.tool_call", tool=name, upstream=route.upstream.name, session=session_id
+            with (
+                telemetry.span(
+                    "shadowguard.tool_call", tool=name, upstream=route.upstream.name, session=session_id
+                ),
+                relaying_for(request.client_capabilities),
             ):
                 result = await session.call(
                     route.upstream, route.name, arguments, meta, approval_id=approval_id

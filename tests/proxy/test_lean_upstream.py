@@ -166,3 +166,64 @@ def test_a_result_is_judged_as_the_sdk_client_judges_it(raw: dict[str, Any]) -> 
 def test_an_unknown_version_is_refused_as_the_sdk_refuses_it() -> None:
     with pytest.raises(ValueError, match="known protocol version"):
         lean_upstream._result("1999-01-01", dict(RESULTS[0]))
+
+
+OFFERED = {"sampling": {}, "elicitation": {"form": {}, "url": {}}, "roots": {"listChanged": True}}
+"""The client capabilities the proxy's SDK client declares (the input requests it can relay)."""
+
+
+@pytest.mark.parametrize(
+    ("declared", "relayed"),
+    [
+        ({}, {}),
+        ({"elicitation": {"form": {}}}, {"elicitation": {"form": {}}}),
+        (
+            {"roots": {"listChanged": False}, "sampling": {}},
+            {"sampling": {}, "roots": {"listChanged": False}},
+        ),
+        ({"experimental": {"acme": {}}, "tasks": {}}, {}),
+    ],
+    ids=["nothing", "elicitation-form-only", "sampling-and-roots", "only-what-the-proxy-cannot-relay"],
+)
+def test_an_agents_call_declares_what_both_the_agent_and_the_proxy_can(
+    declared: dict[str, Any], relayed: dict[str, Any]
+) -> None:
+    capabilities = types.ClientCapabilities.model_validate(declared)
+    assert lean_upstream.relayed_capabilities(OFFERED, capabilities) == relayed
+
+
+async def test_a_call_for_an_agent_is_sent_with_the_agents_capabilities(url: str, sender: str) -> None:
+    """Inside ``relaying_for`` the envelope's capabilities are the agent's; outside, the client's."""
+    proxy_envelope = {**ENVELOPE, "io.modelcontextprotocol/clientCapabilities": OFFERED}
+    async with httpx2.AsyncClient() as http:
+        lean = LeanUpstream("up", url, http, {})
+        if sender == "httpx":
+            lean.plain = None
+        lean.tap.envelope = proxy_envelope
+        try:
+            with lean_upstream.relaying_for(types.ClientCapabilities.model_validate({"roots": {}})):
+                await lean.call("ok", {}, {}, timeout=30)
+            for_agent = SEEN[-1]["body"]["params"]["_meta"]
+            await lean.call("ok", {}, {}, timeout=30)
+            own = SEEN[-1]["body"]["params"]["_meta"]
+        finally:
+            await lean.aclose()
+    assert for_agent == {**proxy_envelope, "io.modelcontextprotocol/clientCapabilities": {"roots": {}}}
+    assert own == proxy_envelope
+    assert lean_upstream.AGENT_CAPABILITIES.get() is None
+
+
+def test_an_input_request_the_agent_cannot_answer_is_refused_saying_so() -> None:
+    asks = {
+        "name": types.ElicitRequest(params=types.ElicitRequestFormParams(message="?", requested_schema={}))
+    }
+    nothing = types.ClientCapabilities()
+    with pytest.raises(MCPError) as caught:
+        lean_upstream.refuse_undeclared("up", asks, nothing)
+    assert caught.value.code == types.INVALID_REQUEST
+    assert caught.value.message == (
+        "upstream 'up' asked for elicitation/create, but the agent's client did not declare the "
+        "elicitation capability"
+    )
+    lean_upstream.refuse_undeclared("up", asks, types.ClientCapabilities.model_validate({"elicitation": {}}))
+    lean_upstream.refuse_undeclared("up", asks, None)  # the proxy's own request: the relay decides
