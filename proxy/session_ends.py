@@ -32,8 +32,8 @@ from guard.session import GuardSession
 from proxy.commits import crash_point, entry_outcome, record_outcome
 from proxy.held import CANCEL_REASONS, HeldCalls
 from proxy.ledger import CommitRecord, LedgerError, SessionLedger, applied_on, failed_on
-from proxy.legs import Leg, is_gone, journaled
-from proxy.session_outcomes import Attempted, not_recorded, upstream_failed
+from proxy.legs import LOCK_WAIT, Leg, is_gone, journaled
+from proxy.session_outcomes import Attempted, lock_at_begin, not_recorded, unavailable, upstream_failed
 from proxy.session_types import CallResult, RollbackOutcome, RollbackReason, SessionObserver, lost_message
 from proxy.upstream_types import UpstreamError
 
@@ -345,6 +345,27 @@ class TransactionEnds:
         outcome = upstream_failed(attempted, exc, gone, rollback.not_reversed)
         self.lost = outcome.result
         return CallResult(outcome)
+
+    def _not_begun(
+        self, leg: Leg, tool: str, arguments: Mapping[str, Any], exc: Exception
+    ) -> CallResult | None:
+        """The outcome of a call whose leg could not begin its transaction, when the session loses
+        nothing by it (None: it may have, :meth:`_broken`). A leg without a transaction holds nothing
+        of the session, so an upstream that is gone leaves the session as it was: the call was not
+        sent (``upstream_unavailable``) and the leg is dropped, to be opened anew by the next call.
+        An upstream that gave up waiting for a lock is a retryable conflict (``lock_at_begin``)."""
+        attempted = Attempted(self.id, self.principal, leg.upstream, tool, arguments)
+        if is_gone(exc) or not leg.connection.alive:
+            leg.remote = None
+            leg.connection.lost = True
+            logger.warning(
+                "session %s: upstream %r is gone, no transaction begun: %s", self.id, leg.upstream.name, exc
+            )
+            return CallResult(unavailable(attempted, exc, closed=False))
+        if LOCK_WAIT.search(str(exc)):
+            leg.remote = None
+            return CallResult(lock_at_begin(attempted, exc))
+        return None
 
     async def _drop_lost_connections(self) -> None:
         for name, leg in list(self._legs.items()):

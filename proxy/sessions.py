@@ -44,9 +44,9 @@ from guard.metrics import CallObserver
 from guard.models import CommitOutcome, EffectClass, Verdict
 from proxy.held import HeldCalls
 from proxy.ledger import LedgerError, SessionLedger
-from proxy.legs import LOCK_WAIT, GuardTerms, Leg, begin_guard, executor, is_gone, open_leg, renew_due, sender
+from proxy.legs import GuardTerms, Leg, begin_guard, executor, open_leg, renew_due, sender
 from proxy.session_ends import TransactionEnds
-from proxy.session_outcomes import Attempted, lock_at_begin, no_writer_slot, unavailable
+from proxy.session_outcomes import Attempted, no_writer_slot, unavailable
 from proxy.session_types import (
     SESSION_META_KEY,
     CallResult,
@@ -319,10 +319,10 @@ class ProxySession(TransactionEnds):
                     send = executor(sender(leg, self._meta))
                     guard = begin_guard(leg, send, self._gate(leg.upstream), terms)
                 except (BackendError, UpstreamError, MCPError) as exc:
-                    if is_gone(exc) or not LOCK_WAIT.search(str(exc)):
+                    not_begun = self._not_begun(leg, tool, arguments, exc)
+                    if not_begun is None:
                         raise
-                    leg.remote = None
-                    return CallResult(lock_at_begin(self._attempted(leg.upstream, tool, arguments), exc))
+                    return not_begun
             outcome, answer = guard.run(tool, arguments, approval_id=approval_id)
             noted = self._note_open(leg, tool, arguments)
             if noted is not None:

@@ -21,6 +21,7 @@ import mcp.types as types
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from proxy.lean_upstream import LeanUpstream
 from proxy.upstream_types import UpstreamError, UpstreamGoneError
@@ -167,6 +168,18 @@ class UpstreamConnection:
     @property
     def alive(self) -> bool:
         return self._client is not None and not self.lost
+
+    @property
+    def stateless(self) -> bool:
+        """A 2026-07-28 connection over HTTP: each request is a POST of its own, so nothing of the
+        connection lives on the upstream to be lost while it waits (a handshake-era HTTP session or
+        a stdio process can be); the next request finds out whether the upstream answers."""
+        client = self._client
+        return (
+            isinstance(self._target, str)
+            and client is not None
+            and client.protocol_version in MODERN_PROTOCOL_VERSIONS
+        )
 
     async def list_tools(self) -> list[types.Tool]:
         """Every tool the upstream lists, following pagination cursors."""

@@ -283,12 +283,17 @@ class Upstream:
         """A connection of its own for one guard session (transactional upstreams).
 
         The spare is handed out if it still answers a ping (its upstream may have died while it
-        waited); then the next spare is prepared in the background.
+        waited); then the next spare is prepared in the background. A stateless spare (2026-07-28
+        over HTTP) is not pinged, a round trip on every session's first call: the transaction's
+        ``begin`` is its first request, and one that finds the upstream gone is the call's
+        ``upstream_unavailable``, the session untouched (``ProxySession._not_begun``).
         """
         spare, self._spare = self._spare, None
         if self.keep_spare and self._task_group is not None and not self._refilling:
             self._refilling = True
             self._task_group.start_soon(self._refill)
+        if spare is not None and spare.alive and spare.stateless:
+            return spare
         if spare is not None and await spare.answers():
             return spare
         if spare is not None:
