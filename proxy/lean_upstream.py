@@ -89,10 +89,14 @@ _INPUT_CAPABILITIES: tuple[tuple[type[types.Request[Any, Any]], str], ...] = (
 """The input requests an upstream can make of a ``tools/call``, and the capability each needs."""
 
 
+_DECLARED_NOTHING = types.ClientCapabilities()
+"""An agent that declared no capability (never mutated: one model for every such call)."""
+
+
 @contextmanager
 def relaying_for(declared: types.ClientCapabilities | None) -> Iterator[None]:
     """The block relays a call for an agent that declared ``declared`` (None: nothing)."""
-    token = AGENT_CAPABILITIES.set(declared if declared is not None else types.ClientCapabilities())
+    token = AGENT_CAPABILITIES.set(declared if declared is not None else _DECLARED_NOTHING)
     try:
         yield
     finally:
@@ -465,6 +469,12 @@ def _result(version: str, raw: dict[str, Any]) -> types.CallToolResult | types.I
         raise MCPError(code=types.INVALID_PARAMS, message=f"Invalid tools/call result: {exc}") from exc
 
 
+def not_declared(what: str, capability: str) -> str:
+    """The refusal of an upstream's input request (``what``: "upstream 'x' asked for <method>") for a
+    capability the agent's client did not declare (here and on the SDK path, proxy.relay)."""
+    return f"{what}, but the agent's client did not declare the {capability} capability"
+
+
 def refuse_undeclared(
     upstream: str, requests: Mapping[str, Any], declared: types.ClientCapabilities | None
 ) -> None:
@@ -476,11 +486,8 @@ def refuse_undeclared(
     for request in requests.values():
         for kind, capability in _INPUT_CAPABILITIES:
             if isinstance(request, kind) and getattr(declared, capability) is None:
-                raise MCPError(
-                    code=types.INVALID_REQUEST,
-                    message=f"upstream {upstream!r} asked for {request.method}, but the agent's client "
-                    f"did not declare the {capability} capability",
-                )
+                what = f"upstream {upstream!r} asked for {request.method}"
+                raise MCPError(code=types.INVALID_REQUEST, message=not_declared(what, capability))
 
 
 async def answer_inputs(requests: Mapping[str, Any], callbacks: Callbacks) -> dict[str, Any]:
@@ -509,6 +516,7 @@ __all__ = [
     "LeanUpstream",
     "answer_inputs",
     "declares_param_headers",
+    "not_declared",
     "refuse_undeclared",
     "relayed_capabilities",
     "relaying_for",

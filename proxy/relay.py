@@ -65,6 +65,7 @@ from pydantic import BaseModel
 from guard.effects import classify
 from guard.errors import PreconditionFailed
 from guard.models import ToolCall, ToolOutcome, Verdict
+from proxy.lean_upstream import not_declared
 from proxy.reads import Reads, agent_connection, offering
 from proxy.rounds import ROUND_TIMEOUT_S, Rounds
 from proxy.upstream_connection import UpstreamConnection
@@ -451,7 +452,7 @@ class Relay:
             )
         declared = ctx.session.client_capabilities
         if declared is None or getattr(declared, capability, None) is None:
-            return _refusal(f"{what}, but the agent's client did not declare the {capability} capability")
+            return _refusal(not_declared(what, capability))
         if _modern(ctx):
             answer = await self.rounds.ask(ctx, request)
             if answer is None:
@@ -477,7 +478,7 @@ class Relay:
         """The stdio agent (the only one there is) answers on its connection's own stream."""
         declared = agent.client_capabilities
         if declared is None or getattr(declared, capability, None) is None:
-            return _refusal(f"{what}, but the agent's client did not declare the {capability} capability")
+            return _refusal(not_declared(what, capability))
         try:
             return await agent.send_request(
                 request, result_type=result_type, opts={"timeout": ROUND_TIMEOUT_S}
