@@ -142,6 +142,9 @@ class GuardSession:
         """A call kept something in this transaction (an allowed write, or an allowed call that
         changed rows): from then on the transaction is the session's work and is never restarted."""
         self._dirty = False
+        self._settled = True
+        """Every call that opened an attempt has been settled (:meth:`_settle` ran to its end): with
+        nothing ``kept``, the transaction then holds no change of the session's (:meth:`discarded`)."""
         self._ahead = backend if isinstance(backend, AsksAhead) else None
         self.pipeline: tuple[Step, ...] = PIPELINE
         """The call's steps (guard.steps), in order."""
@@ -209,6 +212,7 @@ class GuardSession:
             self.kept = True
         elif outcome.verdict is not Verdict.ALLOWED and self._dirty and not self.kept:
             self._restart()
+        self._settled = True
 
     def _restart(self) -> None:
         """A new transaction in place of one that holds nothing of the session's (see :meth:`_settle`)."""
@@ -284,6 +288,7 @@ class GuardSession:
         """An attempt's savepoint (from now on the transaction may hold something of the session's);
         the queries of the call's after-call checks are asked for ahead (guard.backend.AsksAhead)."""
         self.ask_ahead("after_call", call)
+        self._settled = False
         savepoint = self.backend.savepoint()
         self._dirty = True
         return savepoint
@@ -346,6 +351,16 @@ class GuardSession:
     def pending_changes(self) -> ChangeSet:
         """The net change set of the session so far."""
         return self.backend.changes().net()
+
+    def discarded(self) -> ChangeSet:
+        """What a rollback now would discard: :meth:`pending_changes`, but without asking the backend
+        when every call has been settled and none kept anything. Each attempt's change set is known
+        (its savepoint or watch reports it), and a settled call that kept nothing either changed
+        nothing (an allowed read) or was undone with the whole transaction (:meth:`_settle`); a call
+        interrupted before it was settled leaves the question to the backend."""
+        if self._settled and not self.kept and self.backend.transactional:
+            return ChangeSet()
+        return self.pending_changes()
 
     def ask_ahead(self, phase: Phase, call: ToolCall | None) -> None:
         """Ask the backend, when it can, for the queries ``phase``'s SQL checks will run for ``call``

@@ -43,6 +43,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy import result_surface, telemetry, wire_json
+from proxy.lean_upstream import DECLARED_NOTHING
 from proxy.relay import LOG_LEVEL_META_KEY
 
 if TYPE_CHECKING:
@@ -166,7 +167,12 @@ class LeanRelay:
         if not isinstance(verdict, InboundModernRoute):
             return None
         try:
-            capabilities = types.ClientCapabilities.model_validate(verdict.client_capabilities, by_name=False)
+            declared = verdict.client_capabilities
+            capabilities = (
+                DECLARED_NOTHING  # one shared model for the client that declared nothing (most agents)
+                if declared == {}
+                else types.ClientCapabilities.model_validate(declared, by_name=False)
+            )
             request = mcp_methods.parse_client_request("tools/call", verdict.protocol_version, params)
         except (ValidationError, ValueError, KeyError):
             return None

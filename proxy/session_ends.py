@@ -292,7 +292,7 @@ class TransactionEnds:
                 )
             return  # a transactional upstream's transaction ended with its connection
         try:
-            outcome.changes = outcome.changes.extend(guard.pending_changes())
+            outcome.changes = outcome.changes.extend(guard.discarded())
             guard.rollback()
             outcome.undone += applied
         except NotReversibleError as exc:

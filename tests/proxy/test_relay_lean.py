@@ -160,3 +160,18 @@ async def test_other_requests_still_reach_the_sdk_app(pair: Pair) -> None:
         assert status == 200 and {t["name"] for t in listed["result"]["tools"]} >= {"get_note", "commit"}
         status, _, batch = await post(process.base, [{"jsonrpc": "2.0"}], meta=False)
         assert status == 400 and batch["error"]["code"] == -32600
+
+
+async def test_a_session_that_only_read_ends_without_asking_for_its_changes(pair: Pair) -> None:
+    """Its reads reported every change they made (none), so what the rollback discards is known: the
+    upstream is sent begin and rollback, not a ``changes`` request between them (issue 18)."""
+    named = {"shadowguard/session": f"ro-{uuid.uuid4().hex[:8]}"}
+    before = await lean_calls(pair.lean)
+    read_note = {"name": "get_note", "arguments": {"id": "n1"}, "_meta": named}
+    for _ in range(2):
+        status, _, read = await post(pair.lean.base, read_note)
+        assert status == 200 and "result" in read, read
+    status, _, ended = await post(pair.lean.base, {"name": "rollback", "arguments": {}, "_meta": named})
+    assert status == 200 and ended["result"]["structuredContent"]["changes"] == 0, ended
+    after = await lean_calls(pair.lean)
+    assert after.get("lean_tx", 0) - before.get("lean_tx", 0) == 2, (before, after)
