@@ -61,6 +61,7 @@ class TransactionEnds:
     _legs: dict[str, Leg]
     _limiter: anyio.CapacityLimiter | None
     _looked_up: bool
+    _asked: bool
     _recorded: bool
 
     def _look_up_loss(self) -> None:
@@ -375,8 +376,10 @@ class TransactionEnds:
                     await leg.connection.aclose()
 
     async def _cancel_pending(self, reason: str) -> None:
-        """Cancel the session's pending requests (its end, or a rollback, makes them moot)."""
-        if self.held is None:
+        """Cancel the session's pending requests (its end, or a rollback, makes them moot). The end
+        of a sessionless read's session (``read``: its id was minted for that one call) asks the store
+        only if the call was bound to an approval: no other can name the session."""
+        if self.held is None or (reason == "read" and not self._asked):
             return
         why = CANCEL_REASONS.get(reason, f"the session ended ({reason}) before a decision")
         try:

@@ -127,6 +127,7 @@ class ProxySession(TransactionEnds):
         self.stopping = stopping if stopping is not None else threading.Event()
         """Set when the proxy stops: the guard's retry waits end at once (guard.retry.StoppableClock)."""
         self._looked_up = ledger is None
+        self._asked = False  # a call of this session was bound to an approval (_cancel_pending)
         self._recorded = False
         self._writing: set[str] = set()
         """Upstreams whose writer slot (``Upstream.writers``) this session holds."""
@@ -244,6 +245,7 @@ class ProxySession(TransactionEnds):
             self.last_used = self._clock()
             gate = self._gates.get(upstream.name)
             requested = gate.take_requested() if gate is not None else []
+            self._asked = self._asked or bool(requested) or result.outcome.approval_id is not None
         if self.held is not None and not self.held.decidable and result.outcome.verdict is Verdict.HELD:
             result = CallResult(await self._run(self.held.refuse_unapprovable, result.outcome))
             requested = []
@@ -392,8 +394,8 @@ class ProxySession(TransactionEnds):
             await self._release_writers()
             self.closed = True
             for leg in self._legs.values():
-                if leg.owned:
-                    await leg.connection.aclose()
+                if leg.owned:  # its transaction ended above, or its connection is lost: then closed
+                    await leg.upstream.release(leg.connection)
             self._legs.clear()
             await self._cancel_pending(reason)
         return result

@@ -39,6 +39,9 @@ logger = logging.getLogger(__name__)
 HTTP_TIMEOUT_S = 30.0
 HTTP_READ_TIMEOUT_S = 300.0
 """The SDK's own HTTP timeouts (connect, write, pool; read, for streams held open)."""
+IDLE_CONNECTIONS = 4
+"""Connections a transactional upstream keeps ready for its next guard sessions (``Upstream.release``):
+the spare, and those of sessions that ended cleanly."""
 
 
 RESERVED_META_PREFIXES = ("io.modelcontextprotocol/", "shadowguard/")
@@ -125,7 +128,9 @@ class Upstream:
         self._target = target if target is not None else _target(spec)
         self._infos: dict[str, ToolInfo] = {}
         self._shared: UpstreamConnection | None = None
-        self._spare: UpstreamConnection | None = None
+        self._idle: list[UpstreamConnection] = []
+        """Connections ready for the next guard sessions of a transactional upstream (the spare, and
+        those of sessions that ended cleanly: :meth:`release`), at most :data:`IDLE_CONNECTIONS`."""
         self._task_group: anyio.abc.TaskGroup | None = None
         self._http: httpx2.AsyncClient | None = None
         self._reconnect = anyio.Lock()
@@ -218,7 +223,7 @@ class Upstream:
             await conn.aclose()
             raise
         if self.transactional:
-            self._spare = conn
+            self._idle.append(conn)
         else:
             self._shared = conn
         logger.info(
@@ -282,14 +287,15 @@ class Upstream:
     async def session_connection(self) -> UpstreamConnection:
         """A connection of its own for one guard session (transactional upstreams).
 
-        The spare is handed out if it still answers a ping (its upstream may have died while it
-        waited); then the next spare is prepared in the background. A stateless spare (2026-07-28
-        over HTTP) is not pinged, a round trip on every session's first call: the transaction's
+        An idle one (the spare, or one a session that ended gave back: :meth:`release`) is handed
+        out if it still answers a ping (its upstream may have died while it waited); when that was
+        the last, the next spare is prepared in the background. A stateless one (2026-07-28 over
+        HTTP) is not pinged, a round trip on every session's first call: the transaction's
         ``begin`` is its first request, and one that finds the upstream gone is the call's
         ``upstream_unavailable``, the session untouched (``ProxySession._not_begun``).
         """
-        spare, self._spare = self._spare, None
-        if self.keep_spare and self._task_group is not None and not self._refilling:
+        spare = self._idle.pop() if self._idle else None
+        if not self._idle and self.keep_spare and self._task_group is not None and not self._refilling:
             self._refilling = True
             self._task_group.start_soon(self._refill)
         if spare is not None and spare.alive and spare.stateless:
@@ -309,8 +315,15 @@ class Upstream:
             return
         finally:
             self._refilling = False
-        if self._spare is None and not self._closed:
-            self._spare = conn
+        await self.release(conn)
+
+    async def release(self, conn: UpstreamConnection) -> None:
+        """A session's connection back from a session that ended, its transaction ended with it (or
+        a new spare): kept for the next session while it is alive and there is room, else closed. A
+        session no longer costs a new connection (for stdio, a process), nor the upstream the
+        handshake and tool list of one (issue 18: a sessionless read paid both)."""
+        if conn.alive and not self._closed and len(self._idle) < IDLE_CONNECTIONS:
+            self._idle.append(conn)
         else:
             await conn.aclose()
 
@@ -334,10 +347,11 @@ class Upstream:
     async def aclose(self) -> None:
         """Close the shared and spare connections (sessions close their own first) and the HTTP client."""
         self._closed = True
-        for conn in (self._shared, self._spare):
+        idle, self._idle = self._idle, []
+        for conn in (self._shared, *idle):
             if conn is not None:
                 await conn.aclose()
-        self._shared = self._spare = None
+        self._shared = None
         if self._lean is not None:
             await self._lean.aclose()
             self._lean = None

@@ -63,9 +63,11 @@ MAX_OFFSET = 1_000_000
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 """What an approval id may look like (``new_approval_id`` makes ``apr_`` + URL-safe base64)."""
 _TEXT = r"^[^\x00]*$"
-_REASON = r"[^\s\x1c-\x1f]"
-"""A reason must hold something other than whitespace. ``\x1c``-``\x1f`` are spelled out because Python
-counts them as whitespace and the schema's regex engines do not: the rule must read the same in both."""
+_REASON = r"[^\t\n\v\f\r \x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
+"""A reason must hold something other than whitespace. The characters are spelled out, not ``\\s``: each
+engine that reads the rule has its own ``\\s`` (Python's counts ``\x1c``-``\x1f`` and ``\x85``, pydantic's
+Rust engine ``\x85`` but not ``\x1c``-``\x1f``, the schema's ECMAScript engine ``\ufeff`` but neither of
+the others), and the rule must read the same in all of them: this is the union of the three."""
 
 ApiErrorCode = ErrorCode | Literal["unavailable", "lost"]
 

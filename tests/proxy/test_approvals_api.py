@@ -210,6 +210,8 @@ def test_reject_needs_a_reason(api: Api) -> None:
             {"reason": ""},
             {"reason": "   "},
             {"reason": "\x1f\n"},
+            {"reason": "\x85"},
+            {"reason": "\xa0\ufeff\u3000"},
             {"reason": None},
             {"reason": "x" * 2001},
         ):
