@@ -53,13 +53,21 @@ class Leg:
     remote: RemoteBackend | None = None
 
 
-async def open_leg(upstream: Upstream) -> Leg:
-    """A new leg: a connection of its own on a transactional upstream, else the shared one."""
+async def open_leg(upstream: Upstream, upstream_session: str) -> Leg:
+    """A new leg: a connection of its own on a transactional upstream, else the shared one.
+    ``upstream_session``: the key the upstream keeps the session's transactions under (one per guard
+    session and upstream, whichever connection the leg has: what the upstream holds for the session,
+    a benchmark environment's world say, is found again by the next leg)."""
     if upstream.transactional:
         connection, owned = await upstream.session_connection(), True
     else:
         connection, owned = await upstream.shared_connection(), False
-    return Leg(upstream, connection, owned, upstream_session=f"sg-{uuid.uuid4().hex}")
+    return Leg(upstream, connection, owned, upstream_session=upstream_session)
+
+
+def upstream_session_key() -> str:
+    """A new random upstream session key (``shadowguard/session`` on the upstream's requests)."""
+    return f"sg-{uuid.uuid4().hex}"
 
 
 def is_gone(exc: BaseException) -> bool:

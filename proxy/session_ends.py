@@ -32,7 +32,7 @@ from guard.session import GuardSession
 from proxy.commits import crash_point, entry_outcome, record_outcome
 from proxy.held import CANCEL_REASONS, HeldCalls
 from proxy.ledger import CommitRecord, LedgerError, SessionLedger, applied_on, failed_on
-from proxy.legs import LOCK_WAIT, Leg, is_gone, journaled
+from proxy.legs import LOCK_WAIT, Leg, is_gone, journaled, upstream_session_key
 from proxy.session_outcomes import Attempted, lock_at_begin, not_recorded, unavailable, upstream_failed
 from proxy.session_types import CallResult, RollbackOutcome, RollbackReason, SessionObserver, lost_message
 from proxy.upstream_types import UpstreamError
@@ -58,7 +58,9 @@ class TransactionEnds:
     lost: str | None
     lost_outcome: CommitOutcome | None
     commit_record: dict[str, str] | None
+    closed: bool
     _legs: dict[str, Leg]
+    _keys: dict[str, str]
     _limiter: anyio.CapacityLimiter | None
     _looked_up: bool
     _asked: bool
@@ -368,12 +370,23 @@ class TransactionEnds:
             return CallResult(lock_at_begin(attempted, exc))
         return None
 
-    async def _drop_lost_connections(self) -> None:
+    async def _settle_legs(self) -> None:
+        """After a call, commit or rollback: a leg whose connection is lost is dropped (its connection
+        closed), and one of the session's own on a 2026-07-28 HTTP connection with no transaction open
+        (a commit or rollback ended it, or none began) gives the connection back to its upstream
+        (``Upstream.release``): the session's next call there takes one again, and a session between
+        transactions holds none. Any other connection stays with its session to its end."""
         for name, leg in list(self._legs.items()):
             if leg.connection.lost or not leg.connection.alive:
                 del self._legs[name]
+                # The upstream may hold a transaction under the old key until its lease lapses: the
+                # next leg starts under a new one (as a leg on a new connection always did).
+                self._keys[name] = upstream_session_key()
                 if leg.owned:
                     await leg.connection.aclose()
+            elif leg.owned and leg.guard is None and (self.closed or leg.connection.stateless):
+                del self._legs[name]
+                await leg.upstream.release(leg.connection)
 
     async def _cancel_pending(self, reason: str) -> None:
         """Cancel the session's pending requests (its end, or a rollback, makes them moot). The end

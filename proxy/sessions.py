@@ -44,7 +44,16 @@ from guard.metrics import CallObserver
 from guard.models import CommitOutcome, EffectClass, Verdict
 from proxy.held import HeldCalls
 from proxy.ledger import LedgerError, SessionLedger
-from proxy.legs import GuardTerms, Leg, begin_guard, executor, open_leg, renew_due, sender
+from proxy.legs import (
+    GuardTerms,
+    Leg,
+    begin_guard,
+    executor,
+    open_leg,
+    renew_due,
+    sender,
+    upstream_session_key,
+)
 from proxy.session_ends import TransactionEnds
 from proxy.session_outcomes import Attempted, no_writer_slot, unavailable
 from proxy.session_types import (
@@ -105,6 +114,9 @@ class ProxySession(TransactionEnds):
         # fast_acquire: taking it uncontended costs no event-loop turn (issue 18's profile)
         self._lock = anyio.Lock(fast_acquire=True)
         self._legs: dict[str, Leg] = {}
+        self._keys: dict[str, str] = {}
+        """The upstream session key of each upstream the session has called, for the session's life
+        (a leg between transactions gives its connection back; the next one keeps the key)."""
         self._forward_meta: dict[str, Any] = {}
         self.last_used = clock()
         self.leased = False
@@ -155,7 +167,7 @@ class ProxySession(TransactionEnds):
             "id": self.id,
             "principal": self.principal,
             "in_transaction": self.in_transaction,
-            "upstreams": sorted(self._legs),
+            "upstreams": sorted(self._keys),
             "calls": self.calls,
             "idle_s": round(self.idle_for(), 3),
             "closed": self.closed,
@@ -241,7 +253,7 @@ class ProxySession(TransactionEnds):
                 else:
                     result = CallResult(no_writer_slot(self._attempted(upstream, tool, arguments)))
             await self._release_writers()
-            await self._drop_lost_connections()
+            await self._settle_legs()
             self.last_used = self._clock()
             gate = self._gates.get(upstream.name)
             requested = gate.take_requested() if gate is not None else []
@@ -349,7 +361,8 @@ class ProxySession(TransactionEnds):
     async def _leg(self, upstream: Upstream) -> Leg:
         leg = self._legs.get(upstream.name)
         if leg is None:
-            leg = self._legs[upstream.name] = await open_leg(upstream)
+            key = self._keys.setdefault(upstream.name, upstream_session_key())
+            leg = self._legs[upstream.name] = await open_leg(upstream, key)
         return leg
 
     def _gate(self, upstream: Upstream) -> ApprovalGate | None:
@@ -368,7 +381,7 @@ class ProxySession(TransactionEnds):
             self.last_used = self._clock()
             outcome: CommitOutcome = await self._run(self._commit_sync)
             await self._release_writers()
-            await self._drop_lost_connections()
+            await self._settle_legs()
         self.observer.commit(self.id, outcome)
         return outcome
 
@@ -379,7 +392,7 @@ class ProxySession(TransactionEnds):
             self.lost, self.lost_outcome = None, None
             outcome: RollbackOutcome = await self._run(self._rollback_sync, reason)
             await self._release_writers()
-            await self._drop_lost_connections()
+            await self._settle_legs()
             await self._cancel_pending(reason)
         return outcome
 
@@ -393,9 +406,10 @@ class ProxySession(TransactionEnds):
             )
             await self._release_writers()
             self.closed = True
+            await self._settle_legs()  # every transaction ended above: their connections given back
             for leg in self._legs.values():
-                if leg.owned:  # its transaction ended above, or its connection is lost: then closed
-                    await leg.upstream.release(leg.connection)
+                if leg.owned:
+                    await leg.connection.aclose()
             self._legs.clear()
             await self._cancel_pending(reason)
         return result

@@ -39,9 +39,10 @@ logger = logging.getLogger(__name__)
 HTTP_TIMEOUT_S = 30.0
 HTTP_READ_TIMEOUT_S = 300.0
 """The SDK's own HTTP timeouts (connect, write, pool; read, for streams held open)."""
-IDLE_CONNECTIONS = 4
-"""Connections a transactional upstream keeps ready for its next guard sessions (``Upstream.release``):
-the spare, and those of sessions that ended cleanly."""
+IDLE_CONNECTIONS = 64
+"""Connections a transactional upstream keeps ready for its next guard sessions: the spare, and the
+2026-07-28 HTTP connections sessions gave back (``Upstream.release``), each a client object (the sockets
+are the shared HTTP client's)."""
 
 
 RESERVED_META_PREFIXES = ("io.modelcontextprotocol/", "shadowguard/")
@@ -130,7 +131,7 @@ class Upstream:
         self._shared: UpstreamConnection | None = None
         self._idle: list[UpstreamConnection] = []
         """Connections ready for the next guard sessions of a transactional upstream (the spare, and
-        those of sessions that ended cleanly: :meth:`release`), at most :data:`IDLE_CONNECTIONS`."""
+        those sessions gave back: :meth:`release`)."""
         self._task_group: anyio.abc.TaskGroup | None = None
         self._http: httpx2.AsyncClient | None = None
         self._reconnect = anyio.Lock()
@@ -315,13 +316,20 @@ class Upstream:
             return
         finally:
             self._refilling = False
-        await self.release(conn)
+        await self._keep(conn)
 
     async def release(self, conn: UpstreamConnection) -> None:
-        """A session's connection back from a session that ended, its transaction ended with it (or
-        a new spare): kept for the next session while it is alive and there is room, else closed. A
-        session no longer costs a new connection (for stdio, a process), nor the upstream the
-        handshake and tool list of one (issue 18: a sessionless read paid both)."""
+        """A session's connection back, no transaction open on it. A 2026-07-28 HTTP connection holds
+        nothing of the session (the upstream keeps its state, under the session's key): it waits for
+        the next session while alive and there is room, and a session then costs the upstream no new
+        handshake and tool list (issue 18: every session paid them, a sessionless read included). Any
+        other is closed, as before: it may hold what its session did (a stdio process's own database)."""
+        if conn.stateless:
+            await self._keep(conn)
+        else:
+            await conn.aclose()
+
+    async def _keep(self, conn: UpstreamConnection) -> None:
         if conn.alive and not self._closed and len(self._idle) < IDLE_CONNECTIONS:
             self._idle.append(conn)
         else:
