@@ -7,9 +7,14 @@ the bundle happens to be. Tests of the guard over benchmark domains live in test
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
 from benchmark.tasks import ENV_VAR
+from guard.policy import PolicyPack, load_policy
+from tests.support.guardcore import ARGUMENTS, SCHEMA, SHOP_PACK, TOOLS, Shop, open_shop, write_pack
 
 
 @pytest.fixture(autouse=True)
@@ -20,3 +25,19 @@ def _no_bench_data(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 @pytest.fixture
 def bench() -> None:
     pytest.fail("a guard-core test used the benchmark data bundle; move it to tests/benchmark/guarded")
+
+
+@pytest.fixture
+def shop() -> Iterator[Shop]:
+    """The guard core's test shop (tests.support.guardcore), fresh and seeded."""
+    with open_shop() as opened:
+        yield opened
+
+
+@pytest.fixture
+def pack(tmp_path: Path) -> PolicyPack:
+    """The shop's policy pack, loaded against its schema and tools."""
+    arguments = {tool: set(props) for tool, props in ARGUMENTS.items()}
+    return load_policy(
+        write_pack(tmp_path, SHOP_PACK), schema=SCHEMA, tools=list(TOOLS), tool_arguments=arguments
+    )

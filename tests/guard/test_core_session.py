@@ -5,7 +5,6 @@ pack given as its folder loads the same as its YAML."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,21 +13,7 @@ from guard.checks import CheckContext, PythonCheck, RuleText
 from guard.models import EffectClass, Verdict
 from guard.policy import PolicyPack, load_policy
 from guard.session import GuardSession, SessionClosedError
-from tests.support.guardcore import ARGUMENTS, ORDERS, SCHEMA, SHOP_PACK, TOOLS, Shop, open_shop, write_pack
-
-
-@pytest.fixture
-def shop() -> Iterator[Shop]:
-    with open_shop() as opened:
-        yield opened
-
-
-@pytest.fixture
-def pack(tmp_path: Path) -> PolicyPack:
-    arguments = {tool: set(props) for tool, props in ARGUMENTS.items()}
-    return load_policy(
-        write_pack(tmp_path, SHOP_PACK), schema=SCHEMA, tools=list(TOOLS), tool_arguments=arguments
-    )
+from tests.support.guardcore import ORDERS, SHOP_PACK, TOOLS, Shop, write_pack
 
 
 @pytest.fixture

@@ -6,34 +6,19 @@ write, a call interrupted before it was settled. Real SQLite, the guard core's t
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
 from guard.models import ChangeSet, Verdict
-from guard.policy import PolicyPack, load_policy
+from guard.policy import PolicyPack
 from guard.session import GuardSession, ToolResult
-from tests.support.guardcore import ARGUMENTS, ORDERS, SCHEMA, SHOP_PACK, TOOLS, Shop, open_shop, write_pack
+from tests.support.guardcore import ORDERS, TOOLS, Shop
 
 
 class Interrupted(BaseException):
     """Stands for a cancellation reaching the executor after it wrote."""
-
-
-@pytest.fixture
-def shop() -> Iterator[Shop]:
-    with open_shop() as opened:
-        yield opened
-
-
-@pytest.fixture
-def pack(tmp_path: Path) -> PolicyPack:
-    arguments = {tool: set(props) for tool, props in ARGUMENTS.items()}
-    return load_policy(
-        write_pack(tmp_path, SHOP_PACK), schema=SCHEMA, tools=list(TOOLS), tool_arguments=arguments
-    )
 
 
 class Asked:

@@ -65,12 +65,6 @@ class Offload:
         return work()
 
 
-@pytest.fixture
-def shop() -> Iterator[Shop]:
-    with open_shop() as opened:
-        yield opened
-
-
 def guard(shop: Shop, upstream: Upstream, *, journal: bool = False) -> GuardSession:
     retry = RetryPolicy(clock=VirtualClock())
     if journal:
