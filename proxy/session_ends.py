@@ -58,7 +58,6 @@ class TransactionEnds:
     lost: str | None
     lost_outcome: CommitOutcome | None
     commit_record: dict[str, str] | None
-    closed: bool
     _legs: dict[str, Leg]
     _keys: dict[str, str]
     _limiter: anyio.CapacityLimiter | None
@@ -384,7 +383,7 @@ class TransactionEnds:
                 self._keys[name] = upstream_session_key()
                 if leg.owned:
                     await leg.connection.aclose()
-            elif leg.owned and leg.guard is None and (self.closed or leg.connection.stateless):
+            elif leg.owned and leg.guard is None and leg.connection.stateless:
                 del self._legs[name]
                 await leg.upstream.release(leg.connection)
 

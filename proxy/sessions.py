@@ -406,8 +406,8 @@ class ProxySession(TransactionEnds):
             )
             await self._release_writers()
             self.closed = True
-            await self._settle_legs()  # every transaction ended above: their connections given back
-            for leg in self._legs.values():
+            await self._settle_legs()  # every transaction ended above: HTTP connections given back
+            for leg in self._legs.values():  # the others close with the session
                 if leg.owned:
                     await leg.connection.aclose()
             self._legs.clear()

@@ -316,20 +316,16 @@ class Upstream:
             return
         finally:
             self._refilling = False
-        await self._keep(conn)
+        await self.release(conn)
 
     async def release(self, conn: UpstreamConnection) -> None:
-        """A session's connection back, no transaction open on it. A 2026-07-28 HTTP connection holds
-        nothing of the session (the upstream keeps its state, under the session's key): it waits for
-        the next session while alive and there is room, and a session then costs the upstream no new
-        handshake and tool list (issue 18: every session paid them, a sessionless read included). Any
-        other is closed, as before: it may hold what its session did (a stdio process's own database)."""
-        if conn.stateless:
-            await self._keep(conn)
-        else:
-            await conn.aclose()
-
-    async def _keep(self, conn: UpstreamConnection) -> None:
+        """A connection for the next sessions (a new spare, or a session's 2026-07-28 HTTP connection
+        with no transaction open on it, ``ProxySession._settle_legs``): kept while it is alive and
+        there is room, else closed. Such a connection holds nothing of its session (the upstream keeps
+        that under the session's key), and a session that takes it costs the upstream no handshake and
+        tool list (issue 18: every session paid them, a sessionless read included). A stdio or
+        handshake-era connection may hold what its session did (a stdio process's own database): it is
+        never given back, and closes with its session."""
         if conn.alive and not self._closed and len(self._idle) < IDLE_CONNECTIONS:
             self._idle.append(conn)
         else:
